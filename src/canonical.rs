@@ -1,0 +1,482 @@
+//! RFC 8785 (JCS) canonical JSON and the digests taken over it.
+//!
+//! The writer streams straight into a [`Sink`] (a growable buffer or a SHA-256 hasher), so a
+//! digest never needs the canonical bytes materialised. Parsing is strict where SPEC section 3
+//! asks: duplicate member names and lone surrogates are errors, never "last one wins".
+
+use std::fmt;
+
+use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Number, Value};
+use sha2::{Digest as _, Sha256};
+
+use crate::model::Digest;
+
+/// Why bytes are not acceptable JSON for the executor.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JsonError {
+    /// Not UTF-8.
+    #[error("not UTF-8: {0}")]
+    NotUtf8(String),
+    /// Nested deeper than the limit.
+    #[error("nested deeper than {0} levels")]
+    TooDeep(usize),
+    /// Invalid JSON, a duplicate member name, a lone surrogate or a number beyond a double.
+    #[error("{0}")]
+    Syntax(String),
+}
+
+/// Where canonical bytes go.
+pub trait Sink {
+    /// Appends bytes.
+    fn put(&mut self, bytes: &[u8]);
+}
+
+impl Sink for Vec<u8> {
+    #[inline]
+    fn put(&mut self, bytes: &[u8]) {
+        self.extend_from_slice(bytes);
+    }
+}
+
+/// A sink that hashes what it is given, through a small buffer so the hasher sees large blocks.
+#[derive(Debug)]
+pub struct HashSink {
+    hasher: Sha256,
+    buf: Vec<u8>,
+    len: u64,
+}
+
+const HASH_BUF: usize = 16 * 1024;
+
+impl Default for HashSink {
+    fn default() -> Self {
+        Self { hasher: Sha256::new(), buf: Vec::with_capacity(HASH_BUF), len: 0 }
+    }
+}
+
+impl HashSink {
+    /// Finishes the hash.
+    pub fn finish(mut self) -> (Digest, u64) {
+        self.hasher.update(&self.buf);
+        (Digest::from_sha256(self.hasher.finalize().as_slice()), self.len)
+    }
+}
+
+impl Sink for HashSink {
+    #[inline]
+    fn put(&mut self, bytes: &[u8]) {
+        self.len += bytes.len() as u64;
+        if self.buf.len() + bytes.len() > HASH_BUF {
+            self.hasher.update(&self.buf);
+            self.buf.clear();
+            if bytes.len() >= HASH_BUF {
+                self.hasher.update(bytes);
+                return;
+            }
+        }
+        self.buf.extend_from_slice(bytes);
+    }
+}
+
+/// A sink that only counts, to learn a canonical size without keeping the bytes.
+#[derive(Debug, Default)]
+pub struct CountSink(pub u64);
+
+impl Sink for CountSink {
+    #[inline]
+    fn put(&mut self, bytes: &[u8]) {
+        self.0 += bytes.len() as u64;
+    }
+}
+
+/// The canonical bytes of a value.
+pub fn to_vec(value: &Value) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256);
+    write_value(value, &mut out);
+    out
+}
+
+/// The digest of a value's canonical bytes, computed without materialising them.
+pub fn digest(value: &Value) -> Digest {
+    let mut sink = HashSink::default();
+    write_value(value, &mut sink);
+    sink.finish().0
+}
+
+/// Writes the canonical form of a value.
+pub fn write_value<S: Sink>(value: &Value, out: &mut S) {
+    match value {
+        Value::Null => out.put(b"null"),
+        Value::Bool(true) => out.put(b"true"),
+        Value::Bool(false) => out.put(b"false"),
+        Value::Number(n) => write_number(number_as_f64(n), out),
+        Value::String(s) => write_string(s, out),
+        Value::Array(items) => {
+            out.put(b"[");
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.put(b",");
+                }
+                write_value(item, out);
+            }
+            out.put(b"]");
+        }
+        Value::Object(map) => write_object(map, out),
+    }
+}
+
+fn write_object<S: Sink>(map: &Map<String, Value>, out: &mut S) {
+    out.put(b"{");
+    // The map iterates in UTF-8 byte order, which equals UTF-16 order unless a key holds a
+    // character at or above U+E000 (where surrogate pairs sort below U+E000..=U+FFFF).
+    if map.keys().any(|k| k.chars().any(|c| c >= '\u{E000}')) {
+        let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+        entries.sort_by(|a, b| a.0.encode_utf16().cmp(b.0.encode_utf16()));
+        for (i, (k, v)) in entries.into_iter().enumerate() {
+            write_member(i, k, v, out);
+        }
+    } else {
+        for (i, (k, v)) in map.iter().enumerate() {
+            write_member(i, k, v, out);
+        }
+    }
+    out.put(b"}");
+}
+
+#[inline]
+fn write_member<S: Sink>(i: usize, key: &str, value: &Value, out: &mut S) {
+    if i > 0 {
+        out.put(b",");
+    }
+    write_string(key, out);
+    out.put(b":");
+    write_value(value, out);
+}
+
+/// The number as the double JCS formats (integers beyond 2^53 round to the nearest double).
+pub fn number_as_f64(n: &Number) -> f64 {
+    if let Some(u) = n.as_u64() {
+        u as f64
+    } else if let Some(i) = n.as_i64() {
+        i as f64
+    } else {
+        n.as_f64().unwrap_or(f64::NAN)
+    }
+}
+
+/// Writes a JSON string with JCS's minimal escaping.
+#[inline]
+pub fn write_string<S: Sink>(s: &str, out: &mut S) {
+    out.put(b"\"");
+    let bytes = s.as_bytes();
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let esc: &[u8] = match b {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            0x08 => b"\\b",
+            0x09 => b"\\t",
+            0x0a => b"\\n",
+            0x0c => b"\\f",
+            0x0d => b"\\r",
+            0x00..=0x1f => {
+                if start < i {
+                    out.put(&bytes[start..i]);
+                }
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                out.put(&[
+                    b'\\',
+                    b'u',
+                    b'0',
+                    b'0',
+                    HEX[(b >> 4) as usize],
+                    HEX[(b & 0xf) as usize],
+                ]);
+                start = i + 1;
+                continue;
+            }
+            _ => continue,
+        };
+        if start < i {
+            out.put(&bytes[start..i]);
+        }
+        out.put(esc);
+        start = i + 1;
+    }
+    if start < bytes.len() {
+        out.put(&bytes[start..]);
+    }
+    out.put(b"\"");
+}
+
+/// Writes a double the way ECMAScript's `Number.prototype.toString` does (RFC 8785 §3.2.2.3).
+pub fn write_number<S: Sink>(f: f64, out: &mut S) {
+    if f == 0.0 || !f.is_finite() {
+        // -0 prints as 0; non-finite values never reach here from parsed JSON.
+        out.put(b"0");
+        return;
+    }
+    if f.fract() == 0.0 && f.abs() < 1e21 {
+        if f.abs() < 9.223_372_036_854_776e18 {
+            let mut buf = itoa::Buffer::new();
+            out.put(buf.format(f as i64).as_bytes());
+            return;
+        }
+    }
+    let mut rbuf = ryu::Buffer::new();
+    let shortest = rbuf.format_finite(f);
+    let (negative, body) = match shortest.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, shortest),
+    };
+    let (mantissa, exp) = match body.split_once(['e', 'E']) {
+        Some((m, e)) => (m, e.parse::<i32>().unwrap_or(0)),
+        None => (body, 0),
+    };
+    let (int_part, frac_part) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let mut digits: Vec<u8> = int_part.bytes().chain(frac_part.bytes()).collect();
+    let mut n = int_part.len() as i32 + exp;
+    let lead = digits.iter().take_while(|&&d| d == b'0').count();
+    digits.drain(..lead);
+    n -= lead as i32;
+    while digits.last() == Some(&b'0') {
+        digits.pop();
+    }
+    let k = digits.len() as i32;
+    if negative {
+        out.put(b"-");
+    }
+    if k <= n && n <= 21 {
+        out.put(&digits);
+        for _ in 0..(n - k) {
+            out.put(b"0");
+        }
+    } else if 0 < n && n <= 21 {
+        out.put(&digits[..n as usize]);
+        out.put(b".");
+        out.put(&digits[n as usize..]);
+    } else if -6 < n && n <= 0 {
+        out.put(b"0.");
+        for _ in 0..(-n) {
+            out.put(b"0");
+        }
+        out.put(&digits);
+    } else {
+        let e = n - 1;
+        out.put(&digits[..1]);
+        if k > 1 {
+            out.put(b".");
+            out.put(&digits[1..]);
+        }
+        out.put(if e < 0 { b"e-" } else { b"e+" });
+        let mut buf = itoa::Buffer::new();
+        out.put(buf.format(e.unsigned_abs()).as_bytes());
+    }
+}
+
+/// Checks that bytes are UTF-8 and nest no deeper than `limit` (objects and arrays, the
+/// outermost being depth 1), without parsing them. Malformed JSON passes here and is caught by
+/// the parser; this only keeps the parser's recursion bounded.
+pub fn check_utf8_and_depth(bytes: &[u8], limit: usize) -> Result<&str, JsonError> {
+    let text = std::str::from_utf8(bytes).map_err(|e| JsonError::NotUtf8(e.to_string()))?;
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    for &b in bytes {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > limit {
+                    return Err(JsonError::TooDeep(limit));
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    Ok(text)
+}
+
+/// Parses one JSON document strictly: duplicate member names, lone surrogates, numbers beyond
+/// the range of a double and trailing content are errors. Nesting is limited to `max_depth`.
+pub fn parse_strict(bytes: &[u8], max_depth: usize) -> Result<Value, JsonError> {
+    let text = check_utf8_and_depth(bytes, max_depth)?;
+    let mut de = serde_json::Deserializer::from_str(text);
+    de.disable_recursion_limit();
+    let value = StrictValue.deserialize(&mut de).map_err(syntax)?;
+    de.end().map_err(syntax)?;
+    Ok(value)
+}
+
+pub(crate) fn syntax(e: serde_json::Error) -> JsonError {
+    JsonError::Syntax(e.to_string())
+}
+
+/// Deserializes a [`Value`] while refusing duplicate member names (a seed usable for one member
+/// of a larger document, so ignored members need not be parsed strictly).
+#[derive(Debug, Clone, Copy)]
+pub struct StrictValue;
+
+impl<'de> DeserializeSeed<'de> for StrictValue {
+    type Value = Value;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(StrictVisitor)
+    }
+}
+
+struct StrictVisitor;
+
+impl<'de> Visitor<'de> for StrictVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::Number(v.into()))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::Number(v.into()))
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
+        Number::from_f64(v)
+            .map(Value::Number)
+            .ok_or_else(|| E::custom("number out of range"))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1024));
+        while let Some(item) = seq.next_element_seed(StrictValue)? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if out.contains_key(&key) {
+                return Err(de::Error::custom(format_args!("duplicate member name {key:?}")));
+            }
+            let value = map.next_value_seed(StrictValue)?;
+            out.insert(key, value);
+        }
+        Ok(Value::Object(out))
+    }
+}
+
+/// Nesting depth of a value: a scalar is 0, an object or array is 1 plus its deepest child.
+pub fn depth(value: &Value) -> usize {
+    match value {
+        Value::Array(items) => 1 + items.iter().map(depth).max().unwrap_or(0),
+        Value::Object(map) => 1 + map.values().map(depth).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// The first number in a value (depth first) whose magnitude, as a double, is 2^53 or more.
+pub fn first_unsafe_number(value: &Value) -> Option<&Number> {
+    const LIMIT: f64 = 9_007_199_254_740_992.0;
+    match value {
+        Value::Number(n) if number_as_f64(n).abs() >= LIMIT => Some(n),
+        Value::Array(items) => items.iter().find_map(first_unsafe_number),
+        Value::Object(map) => map.values().find_map(first_unsafe_number),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn num(f: f64) -> String {
+        let mut v = Vec::new();
+        write_number(f, &mut v);
+        String::from_utf8(v).unwrap_or_default()
+    }
+
+    #[test]
+    fn ecmascript_numbers() {
+        let cases: &[(f64, &str)] = &[
+            (0.0, "0"),
+            (-0.0, "0"),
+            (1.0, "1"),
+            (-1.5, "-1.5"),
+            (4.50, "4.5"),
+            (1e3, "1000"),
+            (1e21, "1e+21"),
+            (1e20, "100000000000000000000"),
+            (123456789012345680000.0, "123456789012345680000"),
+            (1e-7, "1e-7"),
+            (1.5e-7, "1.5e-7"),
+            (0.000001, "0.000001"),
+            (0.1, "0.1"),
+            (5e-324, "5e-324"),
+            (1.7976931348623157e308, "1.7976931348623157e+308"),
+            (9007199254740992.0, "9007199254740992"),
+            (333333333.3333333, "333333333.3333333"),
+            (-1e-7, "-1e-7"),
+            (1.0e16, "10000000000000000"),
+        ];
+        for (f, want) in cases {
+            assert_eq!(num(*f), *want, "{f:e}");
+        }
+    }
+
+    #[test]
+    fn strict_parsing() {
+        assert!(parse_strict(br#"{"a":1,"a":2}"#, 128).is_err());
+        assert!(parse_strict(br#"{"x":{"a":1,"a":1}}"#, 128).is_err());
+        assert!(parse_strict(br#"["\ud800"]"#, 128).is_err());
+        assert!(parse_strict(br#"["\udc00x"]"#, 128).is_err());
+        assert!(parse_strict(br#"["\ud83d\ude00"]"#, 128).is_ok());
+        assert!(parse_strict(b"[1E400]", 128).is_err());
+        assert!(parse_strict(b"[1] x", 128).is_err());
+        assert!(parse_strict(b"\xff", 128).is_err());
+        let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        assert!(parse_strict(deep(128).as_bytes(), 128).is_ok());
+        assert_eq!(parse_strict(deep(129).as_bytes(), 128), Err(JsonError::TooDeep(128)));
+        assert!(parse_strict(br#"["[[[[", "\"{{"]"#, 2).is_ok());
+    }
+
+    #[test]
+    fn string_escapes() {
+        let v = Value::String("a\"\\\u{8}\t\n\u{c}\r\u{1}\u{1f}\u{7f}\u{2028}é".into());
+        assert_eq!(
+            String::from_utf8(to_vec(&v)).unwrap_or_default(),
+            "\"a\\\"\\\\\\b\\t\\n\\f\\r\\u0001\\u001f\u{7f}\u{2028}é\""
+        );
+    }
+}

@@ -1,0 +1,14 @@
+//! package-executor builds immutable, content-addressed tool definition snapshots.
+//!
+//! For every project without a current snapshot it observes the active package set twice, reads
+//! each immutable package revision one at a time, validates the tool definitions (data only),
+//! and appends a canonical three-digest snapshot to PostgreSQL or SQLite. Replicas converge by
+//! exact replay; consumers read a snapshot only through a proof that it matches the live set.
+//! The contract is SPEC.md; the pure core is `canonical`, `identity`, `revision` and `planner`.
+
+pub mod canonical;
+pub mod identity;
+pub mod model;
+pub mod planner;
+pub mod rejection;
+pub mod revision;

@@ -1,0 +1,198 @@
+//! Newtypes for the identifiers and digests the executor passes around.
+//!
+//! Each type is a proof that its contents were checked against the source formats of
+//! SPEC section 5, so code further in never re-validates and never confuses one id for another.
+
+use std::fmt;
+
+use sha2::{Digest as _, Sha256};
+
+/// Largest generation number and largest safe JSON integer: 2^53 − 1.
+pub const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
+
+macro_rules! string_newtype {
+    ($(#[$doc:meta])* $name:ident, $check:path, $what:literal) => {
+        $(#[$doc])*
+        #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub struct $name(String);
+
+        impl $name {
+            /// Checks the format and wraps the string.
+            pub fn parse(s: &str) -> Result<Self, FormatError> {
+                if $check(s) {
+                    Ok(Self(s.to_owned()))
+                } else {
+                    Err(FormatError { what: $what, value: truncate_for_display(s) })
+                }
+            }
+
+            /// The checked string.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+    };
+}
+
+/// A value that breaks one of the source formats of SPEC section 5.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{value:?} is not a valid {what}")]
+pub struct FormatError {
+    /// Which format was expected.
+    pub what: &'static str,
+    /// The offending value, shortened for display.
+    pub value: String,
+}
+
+fn truncate_for_display(s: &str) -> String {
+    match s.char_indices().nth(80) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_owned(),
+    }
+}
+
+string_newtype!(
+    /// A project id: `^[A-Za-z0-9._-]{1,128}$`.
+    ProjectId, is_project_id, "project id (expected ^[A-Za-z0-9._-]{1,128}$)"
+);
+string_newtype!(
+    /// An installation id: `^[A-Za-z0-9._:-]{1,128}$`.
+    InstallationId, is_installation_id, "installation id (expected ^[A-Za-z0-9._:-]{1,128}$)"
+);
+string_newtype!(
+    /// A package name: npm-style, optionally scoped, at most 214 characters.
+    PackageName, is_package_name, "package name (expected ^(@[a-z0-9][a-z0-9._-]*/)?[a-z0-9][a-z0-9._-]*$, at most 214 characters)"
+);
+string_newtype!(
+    /// A content digest: `sha256:` and 64 lowercase hex digits.
+    Digest, is_digest, "digest (expected sha256: and 64 lowercase hex digits)"
+);
+
+impl Digest {
+    /// The digest of some bytes.
+    pub fn of(bytes: &[u8]) -> Self {
+        Self::from_sha256(Sha256::digest(bytes).as_slice())
+    }
+
+    /// Wraps a finished SHA-256 output.
+    pub fn from_sha256(raw: &[u8]) -> Self {
+        let mut s = String::with_capacity(71);
+        s.push_str("sha256:");
+        s.push_str(&hex::encode(raw));
+        Self(s)
+    }
+}
+
+/// `^[A-Za-z0-9._-]{1,128}$`
+pub fn is_project_id(s: &str) -> bool {
+    (1..=128).contains(&s.len())
+        && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+/// `^[A-Za-z0-9._:-]{1,128}$`
+pub fn is_installation_id(s: &str) -> bool {
+    (1..=128).contains(&s.len())
+        && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+}
+
+/// `^(@[a-z0-9][a-z0-9._-]*/)?[a-z0-9][a-z0-9._-]*$`, at most 214 characters.
+pub fn is_package_name(s: &str) -> bool {
+    fn part(p: &str) -> bool {
+        let mut bytes = p.bytes();
+        matches!(bytes.next(), Some(b) if b.is_ascii_lowercase() || b.is_ascii_digit())
+            && bytes.all(|b| {
+                b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-')
+            })
+    }
+    if s.is_empty() || s.len() > 214 {
+        return false;
+    }
+    match s.strip_prefix('@') {
+        Some(rest) => match rest.split_once('/') {
+            Some((scope, name)) => part(scope) && part(name),
+            None => false,
+        },
+        None => part(s),
+    }
+}
+
+/// `^sha256:[0-9a-f]{64}$`
+pub fn is_digest(s: &str) -> bool {
+    s.len() == 71
+        && s.starts_with("sha256:")
+        && s.bytes().skip(7).all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// A generation number: 1 … 2^53 − 1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Generation(u64);
+
+impl Generation {
+    /// Checks the range and wraps the number.
+    pub fn new(n: i64) -> Result<Self, FormatError> {
+        match u64::try_from(n) {
+            Ok(g) if (1..=MAX_SAFE_INTEGER).contains(&g) => Ok(Self(g)),
+            _ => Err(FormatError {
+                what: "generation (expected 1 … 2^53−1)",
+                value: n.to_string(),
+            }),
+        }
+    }
+
+    /// The number.
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl fmt::Display for Generation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn package_names() {
+        for ok in ["a", "acme.github", "@scope/name", "0-x_y.z", &"a".repeat(214)] {
+            assert!(is_package_name(ok), "{ok}");
+        }
+        for bad in ["", "A", ".a", "@scope", "@/a", "@s/", "a/b", "@S/a", &"a".repeat(215)] {
+            assert!(!is_package_name(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn ids_and_digests() {
+        assert!(is_project_id("demo-1.x_Y"));
+        assert!(!is_project_id("demo 1"));
+        assert!(!is_project_id(&"p".repeat(129)));
+        assert!(is_installation_id("inst:7"));
+        assert!(!is_project_id("inst:7"));
+        let d = Digest::of(b"");
+        assert_eq!(
+            d.as_str(),
+            "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+        assert!(is_digest(d.as_str()));
+        assert!(!is_digest(&d.as_str().to_uppercase()));
+        assert!(Generation::new(0).is_err());
+        assert!(Generation::new(1 << 53).is_err());
+        assert_eq!(Generation::new((1 << 53) - 1).map(Generation::get), Ok(MAX_SAFE_INTEGER));
+    }
+}

@@ -1,0 +1,112 @@
+//! The fail-closed reason codes of SPEC section 6.
+
+use std::fmt;
+
+/// Why a project gets no snapshot for its current active vector. Permanent for that vector.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum RejectionCode {
+    /// More than 128 active packages.
+    TooManyPackages,
+    /// A source row breaks the formats of SPEC section 5.
+    SourceInvalid,
+    /// A generation points at a revision that is not stored.
+    RevisionMissing,
+    /// A revision is over 24 MiB.
+    RevisionTooLarge,
+    /// A revision's bytes do not hash to its digest.
+    RevisionDigestMismatch,
+    /// A revision is not a materialized-revision document.
+    RevisionMalformed,
+    /// A revision names another package.
+    PackageMismatch,
+    /// A definition carries a handler, URL, credential or similar.
+    ForbiddenField,
+    /// A definition breaks a rule of SPEC section 5.
+    InvalidDefinition,
+    /// A definition's namespace is not its package.
+    NamespaceViolation,
+    /// A definition asks for a permission the generation was not approved for.
+    PermissionNotApproved,
+    /// More than 128 definitions.
+    TooManyDefinitions,
+    /// The same identity and version twice.
+    DuplicateDefinition,
+    /// Two identities equal after lowercasing.
+    IdentityCaseCollision,
+    /// Two identities whose aliases are equal ignoring ASCII case.
+    AliasCollision,
+    /// The canonical snapshot is over 8 MiB.
+    SnapshotTooLarge,
+}
+
+impl RejectionCode {
+    /// Every code, in the order of SPEC section 6.
+    pub const ALL: [Self; 16] = [
+        Self::TooManyPackages,
+        Self::SourceInvalid,
+        Self::RevisionMissing,
+        Self::RevisionTooLarge,
+        Self::RevisionDigestMismatch,
+        Self::RevisionMalformed,
+        Self::PackageMismatch,
+        Self::ForbiddenField,
+        Self::InvalidDefinition,
+        Self::NamespaceViolation,
+        Self::PermissionNotApproved,
+        Self::TooManyDefinitions,
+        Self::DuplicateDefinition,
+        Self::IdentityCaseCollision,
+        Self::AliasCollision,
+        Self::SnapshotTooLarge,
+    ];
+
+    /// The exact code string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::TooManyPackages => "too-many-packages",
+            Self::SourceInvalid => "source-invalid",
+            Self::RevisionMissing => "revision-missing",
+            Self::RevisionTooLarge => "revision-too-large",
+            Self::RevisionDigestMismatch => "revision-digest-mismatch",
+            Self::RevisionMalformed => "revision-malformed",
+            Self::PackageMismatch => "package-mismatch",
+            Self::ForbiddenField => "forbidden-field",
+            Self::InvalidDefinition => "invalid-definition",
+            Self::NamespaceViolation => "namespace-violation",
+            Self::PermissionNotApproved => "permission-not-approved",
+            Self::TooManyDefinitions => "too-many-definitions",
+            Self::DuplicateDefinition => "duplicate-definition",
+            Self::IdentityCaseCollision => "identity-case-collision",
+            Self::AliasCollision => "alias-collision",
+            Self::SnapshotTooLarge => "snapshot-too-large",
+        }
+    }
+
+    /// Parses a code string.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.as_str() == s)
+    }
+}
+
+impl fmt::Display for RejectionCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A rejection: the code and a human detail naming the package, definition and member.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{code}: {detail}")]
+pub struct Rejection {
+    /// The reason code.
+    pub code: RejectionCode,
+    /// What is wrong and what to do next.
+    pub detail: String,
+}
+
+impl Rejection {
+    /// Builds a rejection.
+    pub fn new(code: RejectionCode, detail: impl Into<String>) -> Self {
+        Self { code, detail: detail.into() }
+    }
+}
