@@ -217,12 +217,11 @@ pub fn write_number<S: Sink>(f: f64, out: &mut S) {
         out.put(b"0");
         return;
     }
-    if f.fract() == 0.0 && f.abs() < 1e21 {
-        if f.abs() < 9.223_372_036_854_776e18 {
-            let mut buf = itoa::Buffer::new();
-            out.put(buf.format(f as i64).as_bytes());
-            return;
-        }
+    // Below 2^53 an integral double's shortest digits are the integer itself.
+    if f.fract() == 0.0 && f.abs() < 9_007_199_254_740_992.0 {
+        let mut buf = itoa::Buffer::new();
+        out.put(buf.format(f as i64).as_bytes());
+        return;
     }
     let mut rbuf = ryu::Buffer::new();
     let shortest = rbuf.format_finite(f);

@@ -1,0 +1,150 @@
+//! Property tests for the canonical forms: JCS, identity encoding and the planner.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "support/core.rs"]
+mod core;
+
+use core::{Pkg, revision, tool};
+use package_executor::canonical;
+use package_executor::identity::{self, ToolIdentity};
+use package_executor::planner;
+use proptest::prelude::*;
+use serde_json::{Map, Number, Value, json};
+
+fn arb_number() -> impl Strategy<Value = Number> {
+    prop_oneof![
+        any::<i64>().prop_map(Number::from),
+        any::<u64>().prop_map(Number::from),
+        any::<f64>().prop_filter_map("finite", Number::from_f64),
+        (-1e6f64..1e6).prop_filter_map("finite", Number::from_f64),
+    ]
+}
+
+fn arb_json() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        arb_number().prop_map(Value::Number),
+        any::<String>().prop_map(Value::String),
+        "[a-z\u{e000}-\u{e010}\u{1f600}-\u{1f610}]{0,4}".prop_map(Value::String),
+    ];
+    leaf.prop_recursive(4, 48, 6, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+            prop::collection::btree_map(
+                "[a-zA-Z\u{e000}\u{ffff}\u{10000}\u{1f600}é]{0,3}",
+                inner,
+                0..6
+            )
+            .prop_map(|m| Value::Object(m.into_iter().collect::<Map<_, _>>())),
+        ]
+    })
+}
+
+/// Serializes with object members in reverse order and whitespace, to test order independence.
+fn scrambled(v: &Value) -> String {
+    match v {
+        Value::Object(m) => {
+            let members: Vec<String> = m
+                .iter()
+                .rev()
+                .map(|(k, v)| format!("{} : {}", serde_json::to_string(k).unwrap(), scrambled(v)))
+                .collect();
+            format!("{{ {} }}", members.join(" , "))
+        }
+        Value::Array(items) => {
+            format!("[ {} ]", items.iter().map(scrambled).collect::<Vec<_>>().join(", "))
+        }
+        other => serde_json::to_string(other).unwrap(),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn canonical_matches_reference_and_is_idempotent(v in arb_json()) {
+        let ours = canonical::to_vec(&v);
+        let reference = serde_json_canonicalizer::to_vec(&v).unwrap();
+        prop_assert_eq!(&ours, &reference);
+        let reparsed = canonical::parse_strict(&ours, 128).unwrap();
+        prop_assert_eq!(canonical::to_vec(&reparsed), ours.clone());
+        let from_scrambled = canonical::parse_strict(scrambled(&v).as_bytes(), 128).unwrap();
+        prop_assert_eq!(canonical::to_vec(&from_scrambled), ours.clone());
+        prop_assert_eq!(canonical::digest(&v), package_executor::model::Digest::of(&ours));
+    }
+
+    #[test]
+    fn numbers_match_reference(f in any::<f64>().prop_filter("finite", |f| f.is_finite())) {
+        let mut ours = Vec::new();
+        canonical::write_number(f, &mut ours);
+        let reference = serde_json_canonicalizer::to_string(&json!(f)).unwrap();
+        prop_assert_eq!(String::from_utf8(ours).unwrap(), reference);
+    }
+
+    #[test]
+    fn identity_round_trips(s in "[a-z%:*?\\\\/é.]{1,6}", o in "[a-z%:*?\\\\/é.]{1,6}", n in "[a-z%:*?\\\\/é.]{1,6}") {
+        let t = ToolIdentity { source: s, origin: o, name: n };
+        let enc = t.encode().unwrap();
+        prop_assert_eq!(ToolIdentity::decode(&enc).unwrap(), t.clone());
+        prop_assert_eq!(ToolIdentity::decode(&enc).unwrap().encode().unwrap(), enc.clone());
+        // Used as a pattern, an identity matches only itself.
+        prop_assert!(identity::matches(&enc, &enc));
+        let alias = t.alias().unwrap();
+        prop_assert!(identity::is_alias(&alias));
+    }
+
+    #[test]
+    fn decode_then_encode_is_identity(s in "[a-z:%2-5ACF*?/\\\\]{0,12}") {
+        if let Ok(t) = ToolIdentity::decode(&s) {
+            prop_assert_eq!(t.encode().unwrap(), s);
+        }
+    }
+
+    #[test]
+    fn encoding_is_injective_and_patterns_exact(
+        a in ("[a-z:%*?]{1,3}", "[a-z:%*?]{1,3}", "[a-z:%*?]{1,3}"),
+        b in ("[a-z:%*?]{1,3}", "[a-z:%*?]{1,3}", "[a-z:%*?]{1,3}"),
+    ) {
+        let ta = ToolIdentity { source: a.0, origin: a.1, name: a.2 };
+        let tb = ToolIdentity { source: b.0, origin: b.1, name: b.2 };
+        let (ea, eb) = (ta.encode().unwrap(), tb.encode().unwrap());
+        prop_assert_eq!(ta == tb, ea == eb);
+        prop_assert_eq!(identity::matches(&ea, &eb), ea == eb);
+    }
+
+    #[test]
+    fn planner_ignores_input_order(order in Just((0..6usize).collect::<Vec<_>>()).prop_shuffle()) {
+        let pkgs: Vec<Pkg> = (0..6)
+            .map(|i| {
+                let name = format!("pkg{i}");
+                let tools: Vec<Value> = (0..i).map(|t| tool(&format!("t{t}"))).collect();
+                Pkg::new(&name, &revision(&name, Value::Array(tools)))
+            })
+            .collect();
+        let shuffled: Vec<Pkg> = order.iter().map(|&i| pkgs[i].clone()).collect();
+        let a = core::plan("p", &pkgs).unwrap();
+        let b = core::plan("p", &shuffled).unwrap();
+        prop_assert_eq!(a, b);
+    }
+
+    #[test]
+    fn any_vector_change_changes_the_digest(field in 0usize..6, which in 0usize..3) {
+        let heads: Vec<_> = (0..3)
+            .map(|i| Pkg::new(&format!("p{i}"), &revision(&format!("p{i}"), json!([]))).head)
+            .collect();
+        let base = planner::active_vector_digest("proj", &heads);
+        let mut changed = heads.clone();
+        let h = &mut changed[which];
+        match field {
+            0 => h.package_name.push('x'),
+            1 => h.installation_id.push('x'),
+            2 => h.generation += 1,
+            3 => h.generation_digest = package_executor::model::Digest::of(b"g").as_str().into(),
+            4 => h.lock_digest = package_executor::model::Digest::of(b"l").as_str().into(),
+            _ => h.revision_digest = package_executor::model::Digest::of(b"r").as_str().into(),
+        }
+        prop_assert_ne!(planner::active_vector_digest("proj", &changed), base.clone());
+        prop_assert_ne!(planner::active_vector_digest("proj2", &heads), base);
+    }
+}
