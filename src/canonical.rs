@@ -106,6 +106,13 @@ pub fn digest(value: &Value) -> Digest {
 
 /// Writes the canonical form of a value.
 pub fn write_value<S: Sink>(value: &Value, out: &mut S) {
+    let mut scratch = Vec::new();
+    write_with(value, out, &mut scratch);
+}
+
+/// `scratch` is a stack of object members shared by the whole recursion, so each object's
+/// map is walked once and no object allocates.
+fn write_with<'a, S: Sink>(value: &'a Value, out: &mut S, scratch: &mut Vec<(&'a str, &'a Value)>) {
     match value {
         Value::Null => out.put(b"null"),
         Value::Bool(true) => out.put(b"true"),
@@ -118,40 +125,43 @@ pub fn write_value<S: Sink>(value: &Value, out: &mut S) {
                 if i > 0 {
                     out.put(b",");
                 }
-                write_value(item, out);
+                write_with(item, out, scratch);
             }
             out.put(b"]");
         }
-        Value::Object(map) => write_object(map, out),
+        Value::Object(map) => write_object(map, out, scratch),
     }
 }
 
-fn write_object<S: Sink>(map: &Map<String, Value>, out: &mut S) {
+fn write_object<'a, S: Sink>(
+    map: &'a Map<String, Value>,
+    out: &mut S,
+    scratch: &mut Vec<(&'a str, &'a Value)>,
+) {
+    let base = scratch.len();
+    // The map iterates in UTF-8 byte order, which equals UTF-16 order unless some key holds a
+    // supplementary character (4 UTF-8 bytes, lead byte >= 0xF0): its surrogate pair then sorts
+    // below U+E000..=U+FFFF.
+    let mut supplementary = false;
+    for (k, v) in map {
+        supplementary |= k.bytes().any(|b| b >= 0xF0);
+        scratch.push((k.as_str(), v));
+    }
+    if supplementary {
+        scratch[base..].sort_by(|a, b| a.0.encode_utf16().cmp(b.0.encode_utf16()));
+    }
     out.put(b"{");
-    // The map iterates in UTF-8 byte order, which equals UTF-16 order unless a key holds a
-    // character at or above U+E000 (where surrogate pairs sort below U+E000..=U+FFFF).
-    if map.keys().any(|k| k.chars().any(|c| c >= '\u{E000}')) {
-        let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-        entries.sort_by(|a, b| a.0.encode_utf16().cmp(b.0.encode_utf16()));
-        for (i, (k, v)) in entries.into_iter().enumerate() {
-            write_member(i, k, v, out);
+    for i in base..scratch.len() {
+        if i > base {
+            out.put(b",");
         }
-    } else {
-        for (i, (k, v)) in map.iter().enumerate() {
-            write_member(i, k, v, out);
-        }
+        let (k, v) = scratch[i];
+        write_string(k, out);
+        out.put(b":");
+        write_with(v, out, scratch);
     }
     out.put(b"}");
-}
-
-#[inline]
-fn write_member<S: Sink>(i: usize, key: &str, value: &Value, out: &mut S) {
-    if i > 0 {
-        out.put(b",");
-    }
-    write_string(key, out);
-    out.put(b":");
-    write_value(value, out);
+    scratch.truncate(base);
 }
 
 /// The number as the double JCS formats (integers beyond 2^53 round to the nearest double).
@@ -165,6 +175,19 @@ pub fn number_as_f64(n: &Number) -> f64 {
     }
 }
 
+/// Bytes that JCS escapes: control characters, `"` and `\\`.
+const NEEDS_ESCAPE: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut i = 0;
+    while i < 0x20 {
+        t[i] = true;
+        i += 1;
+    }
+    t[b'"' as usize] = true;
+    t[b'\\' as usize] = true;
+    t
+};
+
 /// Writes a JSON string with JCS's minimal escaping.
 #[inline]
 pub fn write_string<S: Sink>(s: &str, out: &mut S) {
@@ -172,37 +195,24 @@ pub fn write_string<S: Sink>(s: &str, out: &mut S) {
     let bytes = s.as_bytes();
     let mut start = 0;
     for (i, &b) in bytes.iter().enumerate() {
-        let esc: &[u8] = match b {
-            b'"' => b"\\\"",
-            b'\\' => b"\\\\",
-            0x08 => b"\\b",
-            0x09 => b"\\t",
-            0x0a => b"\\n",
-            0x0c => b"\\f",
-            0x0d => b"\\r",
-            0x00..=0x1f => {
-                if start < i {
-                    out.put(&bytes[start..i]);
-                }
-                const HEX: &[u8; 16] = b"0123456789abcdef";
-                out.put(&[
-                    b'\\',
-                    b'u',
-                    b'0',
-                    b'0',
-                    HEX[(b >> 4) as usize],
-                    HEX[(b & 0xf) as usize],
-                ]);
-                start = i + 1;
-                continue;
-            }
-            _ => continue,
-        };
+        if !NEEDS_ESCAPE[b as usize] {
+            continue;
+        }
         if start < i {
             out.put(&bytes[start..i]);
         }
-        out.put(esc);
         start = i + 1;
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        match b {
+            b'"' => out.put(b"\\\""),
+            b'\\' => out.put(b"\\\\"),
+            0x08 => out.put(b"\\b"),
+            0x09 => out.put(b"\\t"),
+            0x0a => out.put(b"\\n"),
+            0x0c => out.put(b"\\f"),
+            0x0d => out.put(b"\\r"),
+            _ => out.put(&[b'\\', b'u', b'0', b'0', HEX[(b >> 4) as usize], HEX[(b & 0xf) as usize]]),
+        }
     }
     if start < bytes.len() {
         out.put(&bytes[start..]);
