@@ -12,3 +12,4 @@ pub mod model;
 pub mod planner;
 pub mod rejection;
 pub mod revision;
+pub mod store;

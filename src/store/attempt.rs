@@ -1,0 +1,400 @@
+//! One attempt: one connection, one READ COMMITTED transaction. Every query the coordinator and
+//! the commands make runs through here, so both dialects share one text per query.
+
+use sqlx::{AssertSqlSafe, Postgres, Row, Sqlite, Transaction};
+
+use super::queries::{CurrentSnapshot, NewestSnapshot, RecordedRejection, StoredSnapshot};
+use super::sql::{self, for_dialect};
+use super::{Dialect, ObservedHead, StoreError};
+use crate::planner::{ActiveHead, Snapshot, StoredLength};
+use crate::rejection::Rejection;
+
+/// An open transaction on one connection.
+#[derive(Debug)]
+pub enum Attempt {
+    /// PostgreSQL.
+    Pg(Transaction<'static, Postgres>),
+    /// SQLite.
+    Lite(Transaction<'static, Sqlite>),
+}
+
+/// What appending a snapshot did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum InsertOutcome {
+    /// A new row (and its sources) was inserted.
+    Published,
+    /// An identical snapshot for this vector already existed.
+    Replayed,
+    /// A different snapshot exists for this project and vector: `replay-mismatch`.
+    Mismatch {
+        /// The stored snapshot digest.
+        existing: String,
+    },
+}
+
+/// Runs `$body` with `$c` bound to the connection and `$d` to the dialect, for either arm.
+macro_rules! on_conn {
+    ($self:ident, $c:ident, $d:ident => $body:expr) => {
+        match $self {
+            Attempt::Pg(tx) => {
+                let $c = &mut **tx;
+                let $d = Dialect::Postgres;
+                $body
+            }
+            Attempt::Lite(tx) => {
+                let $c = &mut **tx;
+                let $d = Dialect::Sqlite;
+                $body
+            }
+        }
+    };
+}
+
+/// The advisory-lock key of a project: the first 4 bytes of SHA-256 of its id, big-endian.
+pub fn claim_key(project_id: &str) -> i32 {
+    use sha2::{Digest as _, Sha256};
+    let hash = Sha256::digest(project_id.as_bytes());
+    i32::from_be_bytes([hash[0], hash[1], hash[2], hash[3]])
+}
+
+/// The advisory-lock class shared by every executor version (`0x716C33`, "ql3").
+pub const CLAIM_CLASS: i32 = 0x716C33;
+
+impl Attempt {
+    /// The dialect.
+    pub fn dialect(&self) -> Dialect {
+        match self {
+            Attempt::Pg(_) => Dialect::Postgres,
+            Attempt::Lite(_) => Dialect::Sqlite,
+        }
+    }
+
+    /// Commits.
+    pub async fn commit(self) -> Result<(), StoreError> {
+        match self {
+            Attempt::Pg(tx) => tx.commit().await?,
+            Attempt::Lite(tx) => tx.commit().await?,
+        }
+        Ok(())
+    }
+
+    /// Rolls back.
+    pub async fn rollback(self) -> Result<(), StoreError> {
+        match self {
+            Attempt::Pg(tx) => tx.rollback().await?,
+            Attempt::Lite(tx) => tx.rollback().await?,
+        }
+        Ok(())
+    }
+
+    /// Claims a project for this transaction (PostgreSQL advisory lock, released by commit or
+    /// rollback). SQLite has one writer per file, so the claim always succeeds there.
+    pub async fn try_claim(&mut self, project_id: &str) -> Result<bool, StoreError> {
+        match self {
+            Attempt::Pg(tx) => {
+                let row = sqlx::query("SELECT pg_try_advisory_xact_lock($1, $2) AS claimed")
+                    .bind(CLAIM_CLASS)
+                    .bind(claim_key(project_id))
+                    .fetch_one(&mut **tx)
+                    .await?;
+                Ok(row.try_get::<bool, _>("claimed")?)
+            }
+            Attempt::Lite(_) => Ok(true),
+        }
+    }
+
+    /// Whether the project row exists.
+    pub async fn project_exists(&mut self, project_id: &str) -> Result<bool, StoreError> {
+        on_conn!(self, c, d => {
+            let row = sqlx::query(for_dialect(d, sql::PROJECT_EXISTS))
+                .bind(project_id)
+                .fetch_one(c)
+                .await?;
+            Ok(row.try_get::<i64, _>("n")? > 0)
+        })
+    }
+
+    /// The current snapshot of a project, by the one-statement current proof.
+    pub async fn find_current(
+        &mut self,
+        project_id: &str,
+    ) -> Result<Option<CurrentSnapshot>, StoreError> {
+        on_conn!(self, c, d => {
+            let text = match d {
+                Dialect::Postgres => sql::FIND_CURRENT_PG,
+                Dialect::Sqlite => sql::FIND_CURRENT_SQLITE,
+            };
+            let row = sqlx::query(text).bind(project_id).fetch_optional(c).await?;
+            match row {
+                None => Ok(None),
+                Some(r) => Ok(Some(CurrentSnapshot {
+                    snapshot_id: r.try_get("snapshot_id")?,
+                    snapshot_digest: r.try_get("snapshot_digest")?,
+                    active_vector_digest: r.try_get("active_vector_digest")?,
+                    definition_digest: r.try_get("definition_digest")?,
+                    canonical_json: r.try_get("canonical_json")?,
+                    committed_at: r.try_get("committed_at")?,
+                })),
+            }
+        })
+    }
+
+    /// One observation: the live heads and their generations (at most 129, in vector order).
+    pub async fn observe(&mut self, project_id: &str) -> Result<Vec<ObservedHead>, StoreError> {
+        on_conn!(self, c, d => {
+            let rows = sqlx::query(for_dialect(d, sql::OBSERVE_HEADS))
+                .bind(project_id)
+                .fetch_all(c)
+                .await?;
+            let mut heads = Vec::with_capacity(rows.len());
+            for r in rows {
+                heads.push(ObservedHead {
+                    head: ActiveHead {
+                        package_name: r.try_get("package_name")?,
+                        installation_id: r.try_get("installation_id")?,
+                        generation: r.try_get("active_generation")?,
+                        generation_digest: r.try_get::<Option<String>, _>("generation_digest")?.unwrap_or_default(),
+                        lock_digest: r.try_get::<Option<String>, _>("lock_digest")?.unwrap_or_default(),
+                        revision_digest: r.try_get::<Option<String>, _>("revision_digest")?.unwrap_or_default(),
+                        approved_permissions: r.try_get::<Option<String>, _>("approved_permissions")?.unwrap_or_default(),
+                    },
+                    status: r.try_get("status")?,
+                });
+            }
+            Ok(heads)
+        })
+    }
+
+    /// One revision, fetched alone: its lengths, and its bytes when they are within the limit
+    /// and consistent. `None` when no row exists.
+    pub async fn fetch_revision(
+        &mut self,
+        revision_digest: &str,
+    ) -> Result<Option<(StoredLength, Option<Vec<u8>>)>, StoreError> {
+        on_conn!(self, c, d => {
+            let row = sqlx::query(for_dialect(d, sql::FETCH_REVISION))
+                .bind(revision_digest)
+                .fetch_optional(c)
+                .await?;
+            match row {
+                None => Ok(None),
+                Some(r) => Ok(Some((
+                    StoredLength {
+                        byte_length: r.try_get("byte_length")?,
+                        actual_length: r.try_get("actual_length")?,
+                    },
+                    r.try_get("content")?,
+                ))),
+            }
+        })
+    }
+
+    /// The rejection recorded for a project's vector, if any.
+    pub async fn find_rejection(
+        &mut self,
+        project_id: &str,
+        vector_digest: &str,
+    ) -> Result<Option<RecordedRejection>, StoreError> {
+        on_conn!(self, c, d => {
+            let row = sqlx::query(for_dialect(d, sql::FIND_REJECTION))
+                .bind(project_id)
+                .bind(vector_digest)
+                .fetch_optional(c)
+                .await?;
+            match row {
+                None => Ok(None),
+                Some(r) => Ok(Some(RecordedRejection {
+                    reason: r.try_get("reason")?,
+                    detail: r.try_get("detail")?,
+                })),
+            }
+        })
+    }
+
+    /// Records a rejection for a project's vector (a second record is ignored).
+    pub async fn record_rejection(
+        &mut self,
+        project_id: &str,
+        vector_digest: &str,
+        rejection: &Rejection,
+    ) -> Result<(), StoreError> {
+        on_conn!(self, c, d => {
+            sqlx::query(for_dialect(d, sql::RECORD_REJECTION))
+                .bind(project_id)
+                .bind(vector_digest)
+                .bind(rejection.code.as_str())
+                .bind(&rejection.detail)
+                .execute(c)
+                .await?;
+            Ok(())
+        })
+    }
+
+    /// Appends a snapshot and its source rows, or reports an exact replay or a mismatch.
+    pub async fn insert_snapshot(&mut self, s: &Snapshot) -> Result<InsertOutcome, StoreError> {
+        on_conn!(self, c, d => {
+            let inserted = sqlx::query(for_dialect(d, sql::INSERT_SNAPSHOT))
+                .bind(&s.project_id)
+                .bind(s.active_vector_digest.as_str())
+                .bind(s.definition_digest.as_str())
+                .bind(s.snapshot_digest.as_str())
+                .bind(s.sources.len() as i32)
+                .bind(s.definition_count as i32)
+                .bind(s.canonical_json.as_slice())
+                .fetch_optional(&mut *c)
+                .await?;
+            let Some(row) = inserted else {
+                let existing = sqlx::query(for_dialect(d, sql::SNAPSHOT_BY_VECTOR))
+                    .bind(&s.project_id)
+                    .bind(s.active_vector_digest.as_str())
+                    .fetch_optional(&mut *c)
+                    .await?;
+                return match existing {
+                    Some(r) => {
+                        let existing: String = r.try_get("snapshot_digest")?;
+                        if existing == s.snapshot_digest.as_str() {
+                            Ok(InsertOutcome::Replayed)
+                        } else {
+                            Ok(InsertOutcome::Mismatch { existing })
+                        }
+                    }
+                    // Conflict on a row this transaction cannot see yet: retry.
+                    None => Err(StoreError::Transient(
+                        "snapshot insert conflicted with a row not yet visible".into(),
+                    )),
+                };
+            };
+            let snapshot_id: i64 = row.try_get("snapshot_id")?;
+            if !s.sources.is_empty() {
+                let text = insert_sources_sql(d, s.sources.len());
+                let mut q = sqlx::query(AssertSqlSafe(text));
+                for h in &s.sources {
+                    q = q
+                        .bind(snapshot_id)
+                        .bind(&h.package_name)
+                        .bind(&h.installation_id)
+                        .bind(h.generation)
+                        .bind(&h.generation_digest)
+                        .bind(&h.lock_digest)
+                        .bind(&h.revision_digest);
+                }
+                q.execute(&mut *c).await?;
+            }
+            Ok(InsertOutcome::Published)
+        })
+    }
+
+    /// Pending projects after `after`, in byte order.
+    pub async fn pending_page(
+        &mut self,
+        after: &str,
+        limit: u32,
+    ) -> Result<Vec<String>, StoreError> {
+        on_conn!(self, c, d => {
+            let rows = sqlx::query(for_dialect(d, sql::PENDING_PAGE))
+                .bind(after)
+                .bind(i64::from(limit))
+                .fetch_all(c)
+                .await?;
+            rows.iter().map(|r| r.try_get::<String, _>("project_id").map_err(StoreError::from)).collect()
+        })
+    }
+
+    /// The newest snapshot of a project, current or not.
+    pub async fn newest_snapshot(
+        &mut self,
+        project_id: &str,
+    ) -> Result<Option<NewestSnapshot>, StoreError> {
+        on_conn!(self, c, d => {
+            let row = sqlx::query(for_dialect(d, sql::NEWEST_SNAPSHOT))
+                .bind(project_id)
+                .fetch_optional(c)
+                .await?;
+            match row {
+                None => Ok(None),
+                Some(r) => Ok(Some(NewestSnapshot {
+                    snapshot_id: r.try_get("snapshot_id")?,
+                    snapshot_digest: r.try_get("snapshot_digest")?,
+                    active_vector_digest: r.try_get("active_vector_digest")?,
+                    definition_digest: r.try_get("definition_digest")?,
+                    committed_at: r.try_get("committed_at")?,
+                })),
+            }
+        })
+    }
+
+    /// Up to 16 stored snapshots after `after_id` (optionally of one project), with sources.
+    pub async fn snapshot_page(
+        &mut self,
+        after_id: i64,
+        project_id: Option<&str>,
+    ) -> Result<Vec<StoredSnapshot>, StoreError> {
+        on_conn!(self, c, d => {
+            let rows = sqlx::query(for_dialect(d, sql::SNAPSHOT_PAGE))
+                .bind(after_id)
+                .bind(project_id)
+                .fetch_all(&mut *c)
+                .await?;
+            let mut out = Vec::with_capacity(rows.len());
+            for r in rows {
+                let snapshot_id: i64 = r.try_get("snapshot_id")?;
+                let sources = sqlx::query(for_dialect(d, sql::SNAPSHOT_SOURCES))
+                    .bind(snapshot_id)
+                    .fetch_all(&mut *c)
+                    .await?;
+                let mut heads = Vec::with_capacity(sources.len());
+                for s in sources {
+                    heads.push(ActiveHead {
+                        package_name: s.try_get("package_name")?,
+                        installation_id: s.try_get("installation_id")?,
+                        generation: s.try_get("generation")?,
+                        generation_digest: s.try_get("generation_digest")?,
+                        lock_digest: s.try_get("lock_digest")?,
+                        revision_digest: s.try_get("revision_digest")?,
+                        approved_permissions: String::new(),
+                    });
+                }
+                out.push(StoredSnapshot {
+                    snapshot_id,
+                    project_id: r.try_get("project_id")?,
+                    snapshot_digest: r.try_get("snapshot_digest")?,
+                    active_vector_digest: r.try_get("active_vector_digest")?,
+                    definition_digest: r.try_get("definition_digest")?,
+                    package_count: r.try_get("package_count")?,
+                    definition_count: r.try_get("definition_count")?,
+                    canonical_json: r.try_get("canonical_json")?,
+                    sources: heads,
+                });
+            }
+            Ok(out)
+        })
+    }
+}
+
+fn insert_sources_sql(d: Dialect, rows: usize) -> String {
+    let table = match d {
+        Dialect::Postgres => "ql3.tool_definition_snapshot_sources",
+        Dialect::Sqlite => "tool_definition_snapshot_sources",
+    };
+    let mut text = format!(
+        "INSERT INTO {table} (snapshot_id, package_name, installation_id, generation, \
+         generation_digest, lock_digest, revision_digest) VALUES "
+    );
+    for i in 0..rows {
+        let b = i * 7;
+        if i > 0 {
+            text.push(',');
+        }
+        text.push_str(&format!(
+            "(${}, ${}, ${}, ${}, ${}, ${}, ${})",
+            b + 1,
+            b + 2,
+            b + 3,
+            b + 4,
+            b + 5,
+            b + 6,
+            b + 7
+        ));
+    }
+    text
+}

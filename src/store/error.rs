@@ -1,0 +1,86 @@
+//! Storage errors, classified by what the caller can do about them.
+
+/// What went wrong with the database, sorted by what can be done about it.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The server cannot be reached (exit 8).
+    #[error("database unavailable: {0}; check DATABASE_URL and that the server is up")]
+    Unavailable(String),
+    /// The schema is missing or old (exit 8).
+    #[error("the database is not migrated: {0}; run `package-executor migrate` first")]
+    NotMigrated(String),
+    /// Worth retrying: serialization failure, deadlock, a lost connection, a busy SQLite file.
+    #[error("transient database error: {0}")]
+    Transient(String),
+    /// Wrong configuration: a bad URL, missing roles, missing privileges (exit 1).
+    #[error("{0}")]
+    Config(String),
+    /// Bad input from a person: a fixture, an unknown project, a refused transition (exit 1).
+    #[error("{0}")]
+    Input(String),
+    /// Anything else the database refused (exit 1).
+    #[error("database error: {0}")]
+    Other(String),
+}
+
+impl StoreError {
+    /// Classifies a connection failure: anything there means the database is unavailable.
+    pub(crate) fn from_connect(e: sqlx::Error) -> Self {
+        match StoreError::from(e) {
+            StoreError::Transient(m) | StoreError::Other(m) => StoreError::Unavailable(m),
+            other => other,
+        }
+    }
+
+    /// Whether another attempt may succeed.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, StoreError::Transient(_) | StoreError::Unavailable(_))
+    }
+
+    /// The SQLSTATE or SQLite code, when the error came from the server.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, StoreError::Unavailable(_) | StoreError::NotMigrated(_))
+    }
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> Self {
+        match &e {
+            sqlx::Error::Database(db) => {
+                let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
+                let message = db.message().to_owned();
+                match code.as_str() {
+                    // serialization_failure, deadlock_detected, unique_violation (a concurrent
+                    // twin), lock_not_available, query_canceled (timeouts), admin shutdown,
+                    // cannot_connect_now, and every connection exception (class 08).
+                    "40001" | "40P01" | "23505" | "55P03" | "57014" | "57P01" | "57P02"
+                    | "57P03" | "25P03" => StoreError::Transient(format!("{code}: {message}")),
+                    c if c.starts_with("08") => StoreError::Transient(format!("{code}: {message}")),
+                    // undefined_table, invalid_schema_name, undefined_function.
+                    "42P01" | "3F000" | "42883" => StoreError::NotMigrated(message),
+                    "42501" => StoreError::Config(format!(
+                        "permission denied: {message}; the login lacks a grant of SPEC section 8 \
+                         (is it a member of the right ql3_* role?)"
+                    )),
+                    // SQLite: BUSY, LOCKED and their extended codes.
+                    "5" | "6" | "261" | "262" | "517" | "773" => {
+                        StoreError::Transient(format!("SQLite {code}: {message}"))
+                    }
+                    _ if message.starts_with("no such table") => StoreError::NotMigrated(message),
+                    _ => StoreError::Other(if code.is_empty() {
+                        message
+                    } else {
+                        format!("{code}: {message}")
+                    }),
+                }
+            }
+            sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::Protocol(_)
+            | sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::WorkerCrashed => StoreError::Transient(e.to_string()),
+            _ => StoreError::Other(e.to_string()),
+        }
+    }
+}

@@ -1,0 +1,249 @@
+//! Embedded migrations, one folder per dialect, applied in order in one transaction.
+//!
+//! The bookkeeping table lives in `ql3` (PostgreSQL) beside what it describes, and every
+//! PostgreSQL object is created under `SET LOCAL ROLE ql3_owner` so that role owns it all.
+
+use sqlx::{AssertSqlSafe, Row};
+
+use super::{Dialect, Store, StoreError};
+use crate::model::Digest;
+
+/// One migration.
+#[derive(Clone, Copy, Debug)]
+pub struct Migration {
+    /// Order.
+    pub version: i64,
+    /// File name.
+    pub name: &'static str,
+    /// SQL text.
+    pub sql: &'static str,
+}
+
+macro_rules! migration {
+    ($dir:literal, $version:literal, $name:literal) => {
+        Migration {
+            version: $version,
+            name: $name,
+            sql: include_str!(concat!("../../migrations/", $dir, "/", $name)),
+        }
+    };
+}
+
+/// PostgreSQL migrations.
+pub const POSTGRES: &[Migration] = &[
+    migration!("postgres", 1, "0001_source_tables.sql"),
+    migration!("postgres", 2, "0002_snapshot_tables.sql"),
+    migration!("postgres", 3, "0003_current_proof.sql"),
+    migration!("postgres", 4, "0004_grants.sql"),
+];
+
+/// SQLite migrations.
+pub const SQLITE: &[Migration] = &[
+    migration!("sqlite", 1, "0001_source_tables.sql"),
+    migration!("sqlite", 2, "0002_snapshot_tables.sql"),
+];
+
+/// The six group roles of SPEC section 8.
+pub const ROLES: [&str; 6] = [
+    "ql3_owner",
+    "ql3_control_plane",
+    "ql3_package_executor",
+    "ql3_tool_consumer",
+    "ql3_worker",
+    "ql3_api",
+];
+
+/// Class of the advisory lock that serialises concurrent `migrate` runs.
+const MIGRATE_LOCK: (i32, i32) = (0x716C33, -1);
+
+/// What `migrate` did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MigrateReport {
+    /// Roles created (with `--create-roles`).
+    pub created_roles: Vec<String>,
+    /// Migrations applied now, by name.
+    pub applied: Vec<String>,
+}
+
+fn checksum(m: &Migration) -> String {
+    Digest::of(m.sql.as_bytes()).as_str().to_owned()
+}
+
+impl Store {
+    /// The migrations of this store's dialect.
+    pub fn migrations(&self) -> &'static [Migration] {
+        match self.dialect() {
+            Dialect::Postgres => POSTGRES,
+            Dialect::Sqlite => SQLITE,
+        }
+    }
+
+    /// Applies pending migrations up to `upto` (all when `None`), in one transaction.
+    pub async fn migrate(
+        &self,
+        create_roles: bool,
+        upto: Option<i64>,
+    ) -> Result<MigrateReport, StoreError> {
+        let mut report = MigrateReport::default();
+        let wanted: Vec<&Migration> = self
+            .migrations()
+            .iter()
+            .filter(|m| upto.is_none_or(|u| m.version <= u))
+            .collect();
+        if let Some(pool) = self.pg_pool() {
+            let mut tx = pool.begin().await?;
+            sqlx::query("SELECT pg_advisory_xact_lock($1, $2)")
+                .bind(MIGRATE_LOCK.0)
+                .bind(MIGRATE_LOCK.1)
+                .execute(&mut *tx)
+                .await?;
+            let rows = sqlx::query("SELECT rolname FROM pg_catalog.pg_roles WHERE rolname = ANY($1)")
+                .bind(ROLES.map(str::to_owned).to_vec())
+                .fetch_all(&mut *tx)
+                .await?;
+            let present: Vec<String> =
+                rows.iter().map(|r| r.try_get::<String, _>("rolname")).collect::<Result<_, _>>()?;
+            let missing: Vec<&str> =
+                ROLES.into_iter().filter(|r| !present.iter().any(|p| p == r)).collect();
+            if !missing.is_empty() && !create_roles {
+                return Err(StoreError::Config(format!(
+                    "missing PostgreSQL roles: {}; create them with `package-executor migrate \
+                     --create-roles` (needs CREATEROLE) or ask your DBA (see README, Roles)",
+                    missing.join(", ")
+                )));
+            }
+            for role in missing {
+                sqlx::query(AssertSqlSafe(format!("CREATE ROLE {role} NOLOGIN")))
+                    .execute(&mut *tx)
+                    .await?;
+                report.created_roles.push(role.to_owned());
+            }
+            sqlx::query("CREATE SCHEMA IF NOT EXISTS ql3 AUTHORIZATION ql3_owner")
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query("SET LOCAL ROLE ql3_owner").execute(&mut *tx).await?;
+            sqlx::query(
+                "CREATE TABLE IF NOT EXISTS ql3.schema_migrations (version bigint PRIMARY KEY, \
+                 name text NOT NULL, checksum text NOT NULL, \
+                 applied_at timestamptz NOT NULL DEFAULT now())",
+            )
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query("REVOKE ALL ON ql3.schema_migrations FROM PUBLIC")
+                .execute(&mut *tx)
+                .await?;
+            let applied = sqlx::query("SELECT version, checksum FROM ql3.schema_migrations")
+                .fetch_all(&mut *tx)
+                .await?;
+            let applied = versions(&applied)?;
+            for m in wanted {
+                if check_applied(m, &applied)? {
+                    continue;
+                }
+                sqlx::raw_sql(m.sql).execute(&mut *tx).await.map_err(|e| migration_error(m, e))?;
+                sqlx::query("INSERT INTO ql3.schema_migrations (version, name, checksum) VALUES ($1, $2, $3)")
+                    .bind(m.version)
+                    .bind(m.name)
+                    .bind(checksum(m))
+                    .execute(&mut *tx)
+                    .await?;
+                report.applied.push(m.name.to_owned());
+            }
+            tx.commit().await?;
+        } else if let Some(pool) = self.sqlite_pool() {
+            let mut conn = pool.acquire().await?;
+            sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await?;
+            let result: Result<(), StoreError> = async {
+                sqlx::query(
+                    "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, \
+                     name TEXT NOT NULL, checksum TEXT NOT NULL, applied_at TEXT NOT NULL \
+                     DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))) STRICT",
+                )
+                .execute(&mut *conn)
+                .await?;
+                let applied = sqlx::query("SELECT version, checksum FROM schema_migrations")
+                    .fetch_all(&mut *conn)
+                    .await?;
+                let applied = versions(&applied)?;
+                for m in wanted {
+                    if check_applied(m, &applied)? {
+                        continue;
+                    }
+                    sqlx::raw_sql(m.sql).execute(&mut *conn).await.map_err(|e| migration_error(m, e))?;
+                    sqlx::query("INSERT INTO schema_migrations (version, name, checksum) VALUES ($1, $2, $3)")
+                        .bind(m.version)
+                        .bind(m.name)
+                        .bind(checksum(m))
+                        .execute(&mut *conn)
+                        .await?;
+                    report.applied.push(m.name.to_owned());
+                }
+                Ok(())
+            }
+            .await;
+            match result {
+                Ok(()) => {
+                    sqlx::query("COMMIT").execute(&mut *conn).await?;
+                }
+                Err(e) => {
+                    sqlx::query("ROLLBACK").execute(&mut *conn).await?;
+                    return Err(e);
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    /// Fails with [`StoreError::NotMigrated`] unless every migration of this build is applied.
+    pub async fn check_migrated(&self) -> Result<(), StoreError> {
+        let table = match self.dialect() {
+            Dialect::Postgres => "ql3.schema_migrations",
+            Dialect::Sqlite => "schema_migrations",
+        };
+        let text = format!("SELECT COALESCE(MAX(version), 0) AS v FROM {table}");
+        let v: i64 = match (self.pg_pool(), self.sqlite_pool()) {
+            (Some(p), _) => sqlx::query(AssertSqlSafe(text)).fetch_one(p).await?.try_get("v")?,
+            (_, Some(p)) => sqlx::query(AssertSqlSafe(text)).fetch_one(p).await?.try_get("v")?,
+            _ => 0,
+        };
+        let latest = self.migrations().last().map_or(0, |m| m.version);
+        if v < latest {
+            return Err(StoreError::NotMigrated(format!(
+                "schema version {v}, this build needs {latest}"
+            )));
+        }
+        Ok(())
+    }
+}
+
+fn versions<R: Row>(rows: &[R]) -> Result<Vec<(i64, String)>, StoreError>
+where
+    for<'r> i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> &'r str: sqlx::ColumnIndex<R>,
+{
+    rows.iter()
+        .map(|r| Ok((r.try_get("version")?, r.try_get("checksum")?)))
+        .collect()
+}
+
+fn check_applied(m: &Migration, applied: &[(i64, String)]) -> Result<bool, StoreError> {
+    match applied.iter().find(|(v, _)| *v == m.version) {
+        None => Ok(false),
+        Some((_, sum)) if *sum == checksum(m) => Ok(true),
+        Some(_) => Err(StoreError::Config(format!(
+            "migration {} was applied with different contents; migrations are immutable once \
+             released, restore the original file",
+            m.name
+        ))),
+    }
+}
+
+fn migration_error(m: &Migration, e: sqlx::Error) -> StoreError {
+    match StoreError::from(e) {
+        StoreError::Other(msg) | StoreError::Config(msg) | StoreError::NotMigrated(msg) => {
+            StoreError::Other(format!("migration {} failed: {msg}", m.name))
+        }
+        other => other,
+    }
+}

@@ -1,0 +1,214 @@
+//! Durable truth: the source and snapshot tables of SPEC section 7 in PostgreSQL or SQLite,
+//! behind one interface. [`Store`] holds the pool; [`Attempt`] is one connection and one READ
+//! COMMITTED transaction, the unit of work of the coordinator.
+
+mod attempt;
+mod error;
+pub mod migrate;
+mod queries;
+mod sql;
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{PgPool, SqlitePool};
+
+pub use attempt::{Attempt, InsertOutcome};
+pub use error::StoreError;
+pub use queries::{CurrentSnapshot, NewestSnapshot, RecordedRejection, StoredSnapshot};
+
+use crate::planner::ActiveHead;
+
+/// Which SQL dialect a store speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Dialect {
+    /// PostgreSQL 15 or newer, objects in schema `ql3`.
+    Postgres,
+    /// SQLite, one file.
+    Sqlite,
+}
+
+impl Dialect {
+    /// The dialect a URL names, if any.
+    pub fn of_url(url: &str) -> Option<Self> {
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Some(Self::Postgres)
+        } else if url.starts_with("sqlite:") {
+            Some(Self::Sqlite)
+        } else {
+            None
+        }
+    }
+}
+
+/// How to connect.
+#[derive(Clone, Debug)]
+pub struct ConnectOptions {
+    /// `postgres://…` or `sqlite://…`.
+    pub url: String,
+    /// Pool size.
+    pub max_connections: u32,
+    /// PostgreSQL `statement_timeout` for this executor's sessions.
+    pub statement_timeout: Duration,
+    /// PostgreSQL `lock_timeout`.
+    pub lock_timeout: Duration,
+    /// PostgreSQL `idle_in_transaction_session_timeout`.
+    pub idle_in_transaction_timeout: Duration,
+    /// How long to wait for a connection from the pool or the server.
+    pub acquire_timeout: Duration,
+}
+
+impl ConnectOptions {
+    /// Defaults for a URL.
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            max_connections: 5,
+            statement_timeout: Duration::from_secs(60),
+            lock_timeout: Duration::from_secs(10),
+            idle_in_transaction_timeout: Duration::from_secs(120),
+            acquire_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Pool {
+    Pg(PgPool),
+    Lite(SqlitePool),
+}
+
+/// A connection pool to one database.
+#[derive(Clone, Debug)]
+pub struct Store {
+    pool: Pool,
+}
+
+/// One live head as an observation sees it: the head with its generation's columns, and the
+/// generation's status (`None` when the generation row is missing).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObservedHead {
+    /// The head and generation columns (generation columns empty when the row is missing).
+    pub head: ActiveHead,
+    /// `package_generations.status`, if the row exists.
+    pub status: Option<String>,
+}
+
+fn millis(d: Duration) -> String {
+    format!("{}ms", d.as_millis())
+}
+
+impl Store {
+    /// Connects (SQLite: creating the file if missing).
+    pub async fn connect(opts: &ConnectOptions) -> Result<Self, StoreError> {
+        let pool = match Dialect::of_url(&opts.url) {
+            Some(Dialect::Postgres) => {
+                let connect = PgConnectOptions::from_str(&opts.url)
+                    .map_err(|e| StoreError::Config(format!("bad PostgreSQL URL: {e}")))?
+                    .application_name("package-executor")
+                    .options([
+                        ("statement_timeout", millis(opts.statement_timeout)),
+                        ("lock_timeout", millis(opts.lock_timeout)),
+                        (
+                            "idle_in_transaction_session_timeout",
+                            millis(opts.idle_in_transaction_timeout),
+                        ),
+                    ]);
+                let pool = PgPoolOptions::new()
+                    .max_connections(opts.max_connections)
+                    .acquire_timeout(opts.acquire_timeout)
+                    .connect_with(connect)
+                    .await
+                    .map_err(StoreError::from_connect)?;
+                Pool::Pg(pool)
+            }
+            Some(Dialect::Sqlite) => {
+                let connect = SqliteConnectOptions::from_str(&opts.url)
+                    .map_err(|e| StoreError::Config(format!("bad SQLite URL: {e}")))?
+                    .create_if_missing(true)
+                    .foreign_keys(true)
+                    .journal_mode(SqliteJournalMode::Wal)
+                    .synchronous(SqliteSynchronous::Normal)
+                    .busy_timeout(Duration::from_secs(30));
+                let pool = SqlitePoolOptions::new()
+                    // One writer at a time: SQLite serialises writes anyway, and one connection
+                    // avoids upgrade deadlocks between this process's own transactions.
+                    .max_connections(1)
+                    .acquire_timeout(Duration::from_secs(600))
+                    .connect_with(connect)
+                    .await
+                    .map_err(StoreError::from_connect)?;
+                Pool::Lite(pool)
+            }
+            None => {
+                return Err(StoreError::Config(format!(
+                    "unsupported database URL {:?}: use postgres://… or sqlite://…",
+                    redact(&opts.url)
+                )));
+            }
+        };
+        Ok(Self { pool })
+    }
+
+    /// The dialect.
+    pub fn dialect(&self) -> Dialect {
+        match self.pool {
+            Pool::Pg(_) => Dialect::Postgres,
+            Pool::Lite(_) => Dialect::Sqlite,
+        }
+    }
+
+    /// The PostgreSQL pool, for tools and tests that need raw access.
+    pub fn pg_pool(&self) -> Option<&PgPool> {
+        match &self.pool {
+            Pool::Pg(p) => Some(p),
+            Pool::Lite(_) => None,
+        }
+    }
+
+    /// The SQLite pool, for tools and tests that need raw access.
+    pub fn sqlite_pool(&self) -> Option<&SqlitePool> {
+        match &self.pool {
+            Pool::Lite(p) => Some(p),
+            Pool::Pg(_) => None,
+        }
+    }
+
+    /// Starts one attempt: a connection and a READ COMMITTED transaction.
+    pub async fn begin(&self) -> Result<Attempt, StoreError> {
+        match &self.pool {
+            Pool::Pg(p) => {
+                let mut tx = p.begin().await.map_err(StoreError::from)?;
+                sqlx::query("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                    .execute(&mut *tx)
+                    .await?;
+                Ok(Attempt::Pg(tx))
+            }
+            Pool::Lite(p) => Ok(Attempt::Lite(p.begin().await?)),
+        }
+    }
+
+    /// Closes the pool, waiting for connections to be returned.
+    pub async fn close(&self) {
+        match &self.pool {
+            Pool::Pg(p) => p.close().await,
+            Pool::Lite(p) => p.close().await,
+        }
+    }
+}
+
+/// A URL with any password replaced, for messages.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            match userinfo.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}

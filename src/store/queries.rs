@@ -1,0 +1,96 @@
+//! Rows the store hands back, and store-level reads that need no attempt of their own.
+
+use super::{Store, StoreError};
+
+/// A snapshot proven current.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CurrentSnapshot {
+    /// Row id.
+    pub snapshot_id: i64,
+    /// `snapshot_digest`.
+    pub snapshot_digest: String,
+    /// `active_vector_digest`.
+    pub active_vector_digest: String,
+    /// `definition_digest`.
+    pub definition_digest: String,
+    /// The stored canonical document.
+    pub canonical_json: Vec<u8>,
+    /// RFC 3339 UTC with milliseconds.
+    pub committed_at: String,
+}
+
+/// The newest snapshot of a project, current or not.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewestSnapshot {
+    /// Row id.
+    pub snapshot_id: i64,
+    /// `snapshot_digest`.
+    pub snapshot_digest: String,
+    /// `active_vector_digest`.
+    pub active_vector_digest: String,
+    /// `definition_digest`.
+    pub definition_digest: String,
+    /// RFC 3339 UTC with milliseconds.
+    pub committed_at: String,
+}
+
+/// A recorded rejection.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordedRejection {
+    /// The reason code.
+    pub reason: String,
+    /// The detail.
+    pub detail: String,
+}
+
+/// A stored snapshot with its source rows, for `verify`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredSnapshot {
+    /// Row id.
+    pub snapshot_id: i64,
+    /// Project.
+    pub project_id: String,
+    /// `snapshot_digest`.
+    pub snapshot_digest: String,
+    /// `active_vector_digest`.
+    pub active_vector_digest: String,
+    /// `definition_digest`.
+    pub definition_digest: String,
+    /// `package_count`.
+    pub package_count: i64,
+    /// `definition_count`.
+    pub definition_count: i64,
+    /// The stored document.
+    pub canonical_json: Vec<u8>,
+    /// Source rows (approved permissions empty: sources do not keep them).
+    pub sources: Vec<crate::planner::ActiveHead>,
+}
+
+impl Store {
+    /// The current snapshot of a project (one statement, in its own short transaction).
+    pub async fn find_current(
+        &self,
+        project_id: &str,
+    ) -> Result<Option<CurrentSnapshot>, StoreError> {
+        let mut a = self.begin().await?;
+        let found = a.find_current(project_id).await?;
+        a.rollback().await?;
+        Ok(found)
+    }
+
+    /// Whether a project exists.
+    pub async fn project_exists(&self, project_id: &str) -> Result<bool, StoreError> {
+        let mut a = self.begin().await?;
+        let found = a.project_exists(project_id).await?;
+        a.rollback().await?;
+        Ok(found)
+    }
+
+    /// A page of pending projects after a cursor.
+    pub async fn pending_page(&self, after: &str, limit: u32) -> Result<Vec<String>, StoreError> {
+        let mut a = self.begin().await?;
+        let page = a.pending_page(after, limit).await?;
+        a.rollback().await?;
+        Ok(page)
+    }
+}

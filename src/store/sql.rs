@@ -1,0 +1,183 @@
+//! Query texts, written once with `ql3.`-qualified names. SQLite has no schemas, so
+//! [`for_dialect`] strips the qualifier there; everything else is shared SQL.
+
+use std::collections::HashMap;
+use std::sync::{LazyLock, Mutex};
+
+use super::Dialect;
+
+/// The text of `query` for a dialect: `ql3.` stripped in SQLite, and the two spots where the
+/// dialects' functions differ (`LENGTH_FN`, `COMMITTED_AT`) filled in. Each text is made once.
+pub fn for_dialect(dialect: Dialect, query: &'static str) -> &'static str {
+    type Cache = Mutex<HashMap<(Dialect, usize), &'static str>>;
+    static CACHE: LazyLock<Cache> = LazyLock::new(|| Mutex::new(HashMap::new()));
+    let mut cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
+    // Keyed by address: every query is a distinct `&'static str` constant.
+    cache.entry((dialect, query.as_ptr() as usize)).or_insert_with(|| {
+        let text = match dialect {
+            Dialect::Postgres => query.replace("LENGTH_FN", "octet_length").replace(
+                "COMMITTED_AT",
+                "to_char(s.committed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')",
+            ),
+            Dialect::Sqlite => query
+                .replace("ql3.", "")
+                .replace("LENGTH_FN", "length")
+                .replace("COMMITTED_AT", "s.committed_at"),
+        };
+        Box::leak(text.into_boxed_str())
+    })
+}
+
+/// Live heads of a project joined to their generations (first and second observation);
+/// at most 129 rows, which is all `too-many-packages` needs.
+pub const OBSERVE_HEADS: &str = "
+SELECT i.package_name, i.installation_id, i.active_generation, g.status,
+       g.generation_digest, g.lock_digest, g.revision_digest, g.approved_permissions
+FROM ql3.package_installations AS i
+LEFT JOIN ql3.package_generations AS g
+  ON g.installation_id = i.installation_id AND g.generation = i.active_generation
+WHERE i.project_id = $1 AND i.active_generation IS NOT NULL
+ORDER BY i.package_name
+LIMIT 129";
+
+/// One revision: lengths always, content only when within the 24 MiB limit and consistent.
+pub const FETCH_REVISION: &str = "
+SELECT CAST(r.byte_length AS BIGINT) AS byte_length,
+       CAST(LENGTH_FN(r.content) AS BIGINT) AS actual_length,
+       CASE WHEN LENGTH_FN(r.content) <= 25165824 AND r.byte_length = LENGTH_FN(r.content)
+            THEN r.content END AS content
+FROM ql3.materialized_revisions AS r
+WHERE r.revision_digest = $1";
+
+/// Whether a project row exists.
+pub const PROJECT_EXISTS: &str =
+    "SELECT COUNT(*) AS n FROM ql3.projects AS p WHERE p.project_id = $1";
+
+/// A recorded rejection for a vector.
+pub const FIND_REJECTION: &str = "
+SELECT r.reason, r.detail FROM ql3.tool_definition_snapshot_rejections AS r
+WHERE r.project_id = $1 AND r.active_vector_digest = $2";
+
+/// Records a rejection (once per project and vector).
+pub const RECORD_REJECTION: &str = "
+INSERT INTO ql3.tool_definition_snapshot_rejections (project_id, active_vector_digest, reason, detail)
+VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING";
+
+/// Appends a snapshot; both unique keys arbitrate (no conflict target).
+pub const INSERT_SNAPSHOT: &str = "
+INSERT INTO ql3.tool_definition_snapshots
+  (project_id, active_vector_digest, definition_digest, snapshot_digest, package_count,
+   definition_count, canonical_json)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+ON CONFLICT DO NOTHING
+RETURNING snapshot_id";
+
+/// The row an exact replay must match.
+pub const SNAPSHOT_BY_VECTOR: &str = "
+SELECT s.snapshot_digest FROM ql3.tool_definition_snapshots AS s
+WHERE s.project_id = $1 AND s.active_vector_digest = $2";
+
+/// The newest snapshot of a project, current or not (for `explain`).
+pub const NEWEST_SNAPSHOT: &str = "
+SELECT s.snapshot_id, s.snapshot_digest, s.active_vector_digest, s.definition_digest,
+       COMMITTED_AT AS committed_at
+FROM ql3.tool_definition_snapshots AS s
+WHERE s.project_id = $1
+ORDER BY s.snapshot_id DESC
+LIMIT 1";
+
+/// Snapshots in id order, one page at a time (for `verify`).
+pub const SNAPSHOT_PAGE: &str = "
+SELECT s.snapshot_id, s.project_id, s.snapshot_digest, s.active_vector_digest,
+       s.definition_digest, CAST(s.package_count AS BIGINT) AS package_count,
+       CAST(s.definition_count AS BIGINT) AS definition_count, s.canonical_json
+FROM ql3.tool_definition_snapshots AS s
+WHERE s.snapshot_id > $1 AND ($2 IS NULL OR s.project_id = $2)
+ORDER BY s.snapshot_id
+LIMIT 16";
+
+/// A snapshot's source rows.
+pub const SNAPSHOT_SOURCES: &str = "
+SELECT src.package_name, src.installation_id, src.generation, src.generation_digest,
+       src.lock_digest, src.revision_digest
+FROM ql3.tool_definition_snapshot_sources AS src
+WHERE src.snapshot_id = $1
+ORDER BY src.package_name";
+
+/// The current proof's body, shared by the pending scan and (in SQLite) `find_current`:
+/// `s` is a snapshot of project `PROJECT`; true when its sources equal the live heads.
+macro_rules! proof {
+    ($project:literal) => {
+        concat!(
+            "s.project_id = ", $project, "
+  AND EXISTS (SELECT 1 FROM ql3.projects AS p WHERE p.project_id = ", $project, ")
+  AND s.package_count = (SELECT COUNT(*) FROM ql3.package_installations AS i
+                         WHERE i.project_id = ", $project, " AND i.active_generation IS NOT NULL)
+  AND NOT EXISTS (
+    SELECT 1 FROM ql3.package_installations AS i
+    LEFT JOIN ql3.package_generations AS g
+      ON g.installation_id = i.installation_id AND g.generation = i.active_generation
+    WHERE i.project_id = ", $project, " AND i.active_generation IS NOT NULL
+      AND (g.status IS NULL OR g.status <> 'active' OR NOT EXISTS (
+        SELECT 1 FROM ql3.tool_definition_snapshot_sources AS src
+        WHERE src.snapshot_id = s.snapshot_id
+          AND src.package_name = i.package_name
+          AND src.installation_id = i.installation_id
+          AND src.generation = i.active_generation
+          AND src.generation_digest = g.generation_digest
+          AND src.lock_digest = g.lock_digest
+          AND src.revision_digest = g.revision_digest)))
+  AND NOT EXISTS (
+    SELECT 1 FROM ql3.tool_definition_snapshot_sources AS src
+    WHERE src.snapshot_id = s.snapshot_id
+      AND NOT EXISTS (
+        SELECT 1 FROM ql3.package_installations AS i
+        JOIN ql3.package_generations AS g
+          ON g.installation_id = i.installation_id AND g.generation = i.active_generation
+        WHERE i.project_id = ", $project, "
+          AND i.package_name = src.package_name
+          AND i.installation_id = src.installation_id
+          AND i.active_generation = src.generation
+          AND g.status = 'active'
+          AND g.generation_digest = src.generation_digest
+          AND g.lock_digest = src.lock_digest
+          AND g.revision_digest = src.revision_digest))"
+        )
+    };
+}
+
+/// `find_current` in PostgreSQL: the migration's function, one statement.
+pub const FIND_CURRENT_PG: &str = "
+SELECT f.snapshot_id, f.snapshot_digest, f.active_vector_digest, f.definition_digest,
+       f.canonical_json,
+       to_char(f.committed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') AS committed_at
+FROM ql3.find_current_tool_snapshot($1) AS f";
+
+/// `find_current` in SQLite: the same proof, one statement; more than one match is absent.
+pub const FIND_CURRENT_SQLITE: &str = concat!(
+    "
+WITH matches AS (
+  SELECT s.snapshot_id, s.snapshot_digest, s.active_vector_digest, s.definition_digest,
+         s.canonical_json, s.committed_at
+  FROM tool_definition_snapshots AS s
+  WHERE ",
+    proof!("$1"),
+    "
+)
+SELECT m.snapshot_id, m.snapshot_digest, m.active_vector_digest, m.definition_digest,
+       m.canonical_json, m.committed_at
+FROM matches AS m
+WHERE (SELECT COUNT(*) FROM matches) = 1"
+);
+
+/// Pending projects after a cursor, in byte order: those without a current snapshot.
+pub const PENDING_PAGE: &str = concat!(
+    "
+SELECT p0.project_id FROM ql3.projects AS p0
+WHERE p0.project_id > $1
+  AND NOT EXISTS (SELECT 1 FROM ql3.tool_definition_snapshots AS s WHERE ",
+    proof!("p0.project_id"),
+    ")
+ORDER BY p0.project_id
+LIMIT $2"
+);
