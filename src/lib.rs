@@ -12,4 +12,5 @@ pub mod model;
 pub mod planner;
 pub mod rejection;
 pub mod revision;
+pub mod sources;
 pub mod store;

@@ -212,3 +212,8 @@ pub fn redact(url: &str) -> String {
         _ => url.to_owned(),
     }
 }
+
+/// The text of a `ql3.`-qualified query for a dialect (see the store's query texts).
+pub fn sql_for(dialect: Dialect, query: &'static str) -> &'static str {
+    sql::for_dialect(dialect, query)
+}
