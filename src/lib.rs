@@ -7,10 +7,12 @@
 //! The contract is SPEC.md; the pure core is `canonical`, `identity`, `revision` and `planner`.
 
 pub mod canonical;
+pub mod coordinator;
 pub mod identity;
 pub mod model;
 pub mod planner;
 pub mod rejection;
+pub mod report;
 pub mod revision;
 pub mod sources;
 pub mod store;

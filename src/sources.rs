@@ -372,7 +372,7 @@ pub async fn remove(store: &Store, project_id: &str, package_name: &str) -> Resu
 
 async fn remove_in(a: &mut Attempt, project_id: &str, package_name: &str) -> Result<(), StoreError> {
     on_conn!(a, c, d => {
-        let head = sqlx::query(q(d, "SELECT i.installation_id, i.active_generation AS previous FROM ql3.package_installations AS i WHERE i.project_id = $1 AND i.package_name = $2"))
+        let head = sqlx::query(q(d, "UPDATE ql3.package_installations SET active_generation = active_generation WHERE project_id = $1 AND package_name = $2 RETURNING installation_id, active_generation AS previous"))
             .bind(project_id)
             .bind(package_name)
             .fetch_optional(&mut *c)

@@ -124,7 +124,7 @@ impl Attempt {
                 Dialect::Postgres => sql::FIND_CURRENT_PG,
                 Dialect::Sqlite => sql::FIND_CURRENT_SQLITE,
             };
-            let row = sqlx::query(text).bind(project_id).fetch_optional(c).await?;
+            let row = sqlx::query(for_dialect(d, text)).bind(project_id).fetch_optional(c).await?;
             match row {
                 None => Ok(None),
                 Some(r) => Ok(Some(CurrentSnapshot {
@@ -165,26 +165,40 @@ impl Attempt {
         })
     }
 
-    /// One revision, fetched alone: its lengths, and its bytes when they are within the limit
-    /// and consistent. `None` when no row exists.
-    pub async fn fetch_revision(
+    /// A revision's lengths (`None` when no row exists), read before its bytes.
+    pub async fn revision_length(
         &mut self,
         revision_digest: &str,
-    ) -> Result<Option<(StoredLength, Option<Vec<u8>>)>, StoreError> {
+    ) -> Result<Option<StoredLength>, StoreError> {
         on_conn!(self, c, d => {
-            let row = sqlx::query(for_dialect(d, sql::FETCH_REVISION))
+            let row = sqlx::query(for_dialect(d, sql::REVISION_LENGTH))
                 .bind(revision_digest)
                 .fetch_optional(c)
                 .await?;
             match row {
                 None => Ok(None),
-                Some(r) => Ok(Some((
-                    StoredLength {
-                        byte_length: r.try_get("byte_length")?,
-                        actual_length: r.try_get("actual_length")?,
-                    },
-                    r.try_get("content")?,
-                ))),
+                Some(r) => Ok(Some(StoredLength {
+                    byte_length: r.try_get("byte_length")?,
+                    actual_length: r.try_get("actual_length")?,
+                })),
+            }
+        })
+    }
+
+    /// One revision's bytes, fetched alone by a query of its own (`None` when absent or over
+    /// the 24 MiB limit).
+    pub async fn revision_content(
+        &mut self,
+        revision_digest: &str,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        on_conn!(self, c, d => {
+            let row = sqlx::query(for_dialect(d, sql::REVISION_CONTENT))
+                .bind(revision_digest)
+                .fetch_optional(c)
+                .await?;
+            match row {
+                None => Ok(None),
+                Some(r) => Ok(Some(r.try_get("content")?)),
             }
         })
     }

@@ -40,14 +40,17 @@ WHERE i.project_id = $1 AND i.active_generation IS NOT NULL
 ORDER BY i.package_name
 LIMIT 129";
 
-/// One revision: lengths always, content only when within the 24 MiB limit and consistent.
-pub const FETCH_REVISION: &str = "
+/// A revision's stored and declared lengths, checked before its bytes are fetched.
+pub const REVISION_LENGTH: &str = "
 SELECT CAST(r.byte_length AS BIGINT) AS byte_length,
-       CAST(LENGTH_FN(r.content) AS BIGINT) AS actual_length,
-       CASE WHEN LENGTH_FN(r.content) <= 25165824 AND r.byte_length = LENGTH_FN(r.content)
-            THEN r.content END AS content
+       CAST(LENGTH_FN(r.content) AS BIGINT) AS actual_length
 FROM ql3.materialized_revisions AS r
 WHERE r.revision_digest = $1";
+
+/// One revision's bytes, alone, and never more than the 24 MiB limit.
+pub const REVISION_CONTENT: &str = "
+SELECT r.content FROM ql3.materialized_revisions AS r
+WHERE r.revision_digest = $1 AND LENGTH_FN(r.content) <= 25165824";
 
 /// Whether a project row exists.
 pub const PROJECT_EXISTS: &str =

@@ -1,0 +1,184 @@
+//! One build attempt of one project: claim, current check, first observation, revisions one at
+//! a time, the pure planner, second observation, then append (or record the rejection).
+
+use crate::planner::{ActiveHead, SnapshotBuilder};
+use crate::rejection::Rejection;
+use crate::report::{Outcome, Unresolved};
+use crate::store::{Attempt, InsertOutcome, ObservedHead, Store, StoreError};
+
+use super::budget::MemoryBudget;
+
+/// How an attempt ended: final, or worth another try.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Final for this run.
+    Done(Outcome),
+    /// Try again later.
+    Retry(Unresolved, String),
+}
+
+/// Runs one attempt; database errors become a retryable step.
+pub async fn attempt(store: &Store, budget: &MemoryBudget, project_id: &str) -> Step {
+    let mut a = match store.begin().await {
+        Ok(a) => a,
+        Err(e) => return Step::Retry(Unresolved::Database, e.to_string()),
+    };
+    let step = attempt_in(&mut a, budget, project_id).await;
+    let finished = match &step {
+        Ok((_, true)) => a.commit().await,
+        _ => a.rollback().await,
+    };
+    match (step, finished) {
+        (Ok((step, _)), Ok(())) => step,
+        // A failed commit leaves nothing behind (the transaction is atomic): retry.
+        (Ok(_), Err(e)) | (Err(e), _) => Step::Retry(Unresolved::Database, e.to_string()),
+    }
+}
+
+fn heads(observed: &[ObservedHead]) -> Vec<ActiveHead> {
+    observed.iter().map(|o| o.head.clone()).collect()
+}
+
+/// Compares two observations: a changed (package, installation, generation) set is vector
+/// drift; the same heads with any other difference is generation drift.
+pub fn drift(first: &[ObservedHead], second: &[ObservedHead]) -> Option<(Unresolved, String)> {
+    let key = |h: &ObservedHead| {
+        (h.head.package_name.clone(), h.head.installation_id.clone(), h.head.generation)
+    };
+    if first.len() != second.len() || first.iter().zip(second).any(|(a, b)| key(a) != key(b)) {
+        return Some((
+            Unresolved::VectorDrift,
+            "the active package set changed while the snapshot was built; will retry".into(),
+        ));
+    }
+    if let Some((a, _)) = first.iter().zip(second).find(|(a, b)| a != b) {
+        return Some((
+            Unresolved::GenerationDrift,
+            format!(
+                "package {}: generation {} changed while the snapshot was built; will retry",
+                a.head.package_name, a.head.generation
+            ),
+        ));
+    }
+    None
+}
+
+fn not_active(observed: &[ObservedHead]) -> Option<String> {
+    observed.iter().find(|o| o.status.as_deref() != Some("active")).map(|o| {
+        format!(
+            "package {}: the head points at generation {}, which is {}; waiting for the \
+             activation to settle",
+            o.head.package_name,
+            o.head.generation,
+            o.status.as_deref().unwrap_or("missing")
+        )
+    })
+}
+
+/// The attempt's body; the bool says whether to commit.
+async fn attempt_in(
+    a: &mut Attempt,
+    budget: &MemoryBudget,
+    project_id: &str,
+) -> Result<(Step, bool), StoreError> {
+    if !a.try_claim(project_id).await? {
+        return Ok((
+            Step::Retry(
+                Unresolved::ClaimedElsewhere,
+                "another replica holds this project's claim".into(),
+            ),
+            false,
+        ));
+    }
+    if let Some(current) = a.find_current(project_id).await? {
+        return Ok((
+            Step::Done(Outcome::AlreadyCurrent { snapshot_digest: current.snapshot_digest }),
+            false,
+        ));
+    }
+    let first = a.observe(project_id).await?;
+    if let Some(detail) = not_active(&first) {
+        return Ok((Step::Retry(Unresolved::GenerationDrift, detail), false));
+    }
+    let mut builder = SnapshotBuilder::new(project_id, heads(&first));
+    let vector_digest = builder.vector_digest().clone();
+    if let Some(r) = a.find_rejection(project_id, vector_digest.as_str()).await? {
+        return Ok((Step::Done(Outcome::Rejected { code: r.reason, detail: r.detail }), false));
+    }
+    let planned = match build(a, budget, &mut builder).await? {
+        Ok(()) => builder.finish(),
+        Err(rejection) => Err(rejection),
+    };
+    let second = a.observe(project_id).await?;
+    if let Some((reason, detail)) = drift(&first, &second) {
+        return Ok((Step::Retry(reason, detail), false));
+    }
+    match planned {
+        Err(rejection) => {
+            a.record_rejection(project_id, vector_digest.as_str(), &rejection).await?;
+            Ok((
+                Step::Done(Outcome::Rejected {
+                    code: rejection.code.as_str().to_owned(),
+                    detail: rejection.detail,
+                }),
+                true,
+            ))
+        }
+        Ok(snapshot) => {
+            let digest = snapshot.snapshot_digest.as_str().to_owned();
+            match a.insert_snapshot(&snapshot).await? {
+                InsertOutcome::Published => {
+                    Ok((Step::Done(Outcome::Published { snapshot_digest: digest }), true))
+                }
+                InsertOutcome::Replayed => {
+                    Ok((Step::Done(Outcome::Replayed { snapshot_digest: digest }), false))
+                }
+                InsertOutcome::Mismatch { existing } => Ok((
+                    Step::Done(Outcome::Integrity {
+                        detail: format!(
+                            "replay-mismatch: project {project_id} vector {vector_digest} already \
+                             has snapshot {existing}, but this build gives {digest}; the stored \
+                             row is kept, investigate which is right with `package-executor verify`"
+                        ),
+                    }),
+                    false,
+                )),
+            }
+        }
+    }
+}
+
+/// Reads each revision alone, in vector order, and feeds the builder; the bytes are dropped
+/// (and their budget returned) before the next revision is fetched.
+async fn build(
+    a: &mut Attempt,
+    budget: &MemoryBudget,
+    builder: &mut SnapshotBuilder,
+) -> Result<Result<(), Rejection>, StoreError> {
+    if let Err(r) = builder.check_project() {
+        return Ok(Err(r));
+    }
+    for i in 0..builder.heads().len() {
+        let approved = match builder.check_row(i) {
+            Ok(p) => p,
+            Err(r) => return Ok(Err(r)),
+        };
+        let digest = builder.heads()[i].revision_digest.clone();
+        let stored = a.revision_length(&digest).await?;
+        if let Err(r) = builder.check_stored(i, stored) {
+            return Ok(Err(r));
+        }
+        let need = stored.map_or(0, |s| s.actual_length.max(0) as u64);
+        let reservation = budget.reserve(need).await;
+        let Some(bytes) = a.revision_content(&digest).await? else {
+            return Err(StoreError::Transient(format!("revision {digest} vanished while read")));
+        };
+        let added = builder.add_revision(i, &approved, &bytes);
+        drop(bytes);
+        drop(reservation);
+        if let Err(r) = added {
+            return Ok(Err(r));
+        }
+    }
+    Ok(Ok(()))
+}

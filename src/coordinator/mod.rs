@@ -1,0 +1,276 @@
+//! The coordinator (`run`, `publish`): pages of pending projects, bounded concurrency, bounded
+//! attempts with jittered exponential backoff, final probes and cooperative shutdown.
+
+mod attempt;
+mod budget;
+mod stop;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use backon::{BackoffBuilder, ExponentialBuilder};
+use futures::StreamExt;
+
+pub use attempt::{Step, attempt, drift};
+pub use budget::{MemoryBudget, Reservation};
+pub use stop::Stop;
+
+use crate::report::{Outcome, RunSummary, Shard, Unresolved};
+use crate::store::{Store, StoreError};
+
+/// What `run` and `publish` are told.
+#[derive(Clone, Debug)]
+pub struct RunSettings {
+    /// Pending projects per keyset page.
+    pub page_size: u32,
+    /// Projects in flight at once.
+    pub concurrency: usize,
+    /// Attempts per project per pass.
+    pub max_attempts: u32,
+    /// Fresh passes over what is still pending after the last page.
+    pub final_probes: u32,
+    /// Revision bytes in flight across all workers.
+    pub memory_budget: u64,
+    /// This replica's shard.
+    pub shard: Shard,
+    /// Stop taking work after this long.
+    pub deadline: Option<Duration>,
+    /// First backoff delay.
+    pub backoff_min: Duration,
+    /// Largest backoff delay.
+    pub backoff_max: Duration,
+}
+
+impl Default for RunSettings {
+    fn default() -> Self {
+        Self {
+            page_size: 256,
+            concurrency: 4,
+            max_attempts: 4,
+            final_probes: 2,
+            memory_budget: 96 * 1024 * 1024,
+            shard: Shard { index: 0, count: 1 },
+            deadline: None,
+            backoff_min: Duration::from_millis(50),
+            backoff_max: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Observes each project's final outcome as it is decided (progress bars, logs, tests).
+pub trait Observer: Send + Sync {
+    /// A project's outcome for this pass.
+    fn outcome(&self, project_id: &str, outcome: &Outcome);
+}
+
+/// An observer that logs one structured event per outcome.
+#[derive(Debug, Default)]
+pub struct LogObserver;
+
+impl Observer for LogObserver {
+    fn outcome(&self, project_id: &str, o: &Outcome) {
+        let (reason, detail) = (o.reason().unwrap_or(""), o.detail().unwrap_or(""));
+        let digest = o.snapshot_digest().unwrap_or("");
+        match o {
+            Outcome::Integrity { .. } => {
+                tracing::error!(project_id, outcome = o.name(), reason, detail, "integrity violation")
+            }
+            Outcome::Rejected { .. } | Outcome::Unresolved { .. } => {
+                tracing::warn!(project_id, outcome = o.name(), reason, detail, "project not published")
+            }
+            _ => tracing::info!(project_id, outcome = o.name(), snapshot_digest = digest, "project done"),
+        }
+    }
+}
+
+/// Drives builds through a store.
+pub struct Coordinator<'a> {
+    store: Store,
+    settings: RunSettings,
+    budget: MemoryBudget,
+    stop: Stop,
+    observer: &'a dyn Observer,
+}
+
+impl std::fmt::Debug for Coordinator<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Coordinator").field("settings", &self.settings).finish_non_exhaustive()
+    }
+}
+
+/// The result of `run`: the summary plus each project's final outcome.
+#[derive(Debug)]
+pub struct RunReport {
+    /// The summary (exit code decided).
+    pub summary: RunSummary,
+    /// Final outcome per project attempted.
+    pub outcomes: BTreeMap<String, Outcome>,
+}
+
+impl<'a> Coordinator<'a> {
+    /// A coordinator over a store.
+    pub fn new(store: Store, settings: RunSettings, stop: Stop, observer: &'a dyn Observer) -> Self {
+        let budget = MemoryBudget::new(settings.memory_budget);
+        Self { store, settings, budget, stop, observer }
+    }
+
+    fn backoff(&self) -> impl Iterator<Item = Duration> {
+        ExponentialBuilder::default()
+            .with_min_delay(self.settings.backoff_min)
+            .with_max_delay(self.settings.backoff_max)
+            .with_jitter()
+            .with_max_times(self.settings.max_attempts.saturating_sub(1) as usize)
+            .build()
+    }
+
+    /// Builds one project with bounded attempts; `None` when stopped before starting.
+    pub async fn process(&self, project_id: &str) -> Option<Outcome> {
+        if self.stop.is_set() {
+            return None;
+        }
+        let mut delays = self.backoff();
+        loop {
+            match attempt(&self.store, &self.budget, project_id).await {
+                Step::Done(o) => return Some(o),
+                Step::Retry(reason, detail) => {
+                    let slept = match delays.next() {
+                        Some(d) => self.stop.sleep(d).await,
+                        None => false,
+                    };
+                    if !slept {
+                        return Some(Outcome::Unresolved { reason, detail });
+                    }
+                }
+            }
+        }
+    }
+
+    /// `publish PROJECT`: one project now. An unknown project is an input error.
+    pub async fn publish(&self, project_id: &str) -> Result<Outcome, StoreError> {
+        if !self.store.project_exists(project_id).await? {
+            return Err(StoreError::Input(format!(
+                "project {project_id} does not exist; check the id or import it first"
+            )));
+        }
+        let outcome = self.process(project_id).await.unwrap_or(Outcome::Unresolved {
+            reason: Unresolved::Database,
+            detail: "stopped before the first attempt".into(),
+        });
+        self.observer.outcome(project_id, &outcome);
+        Ok(outcome)
+    }
+
+    async fn page(&self, after: &str) -> Result<Vec<String>, StoreError> {
+        let mut delays = self.backoff();
+        loop {
+            match self.store.pending_page(after, self.settings.page_size).await {
+                Ok(p) => return Ok(p),
+                Err(e) if e.is_transient() => match delays.next() {
+                    Some(d) if self.stop.sleep(d).await => {
+                        tracing::warn!(error = %e, "pending-project page failed; retrying")
+                    }
+                    _ => return Err(e),
+                },
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    async fn process_all(&self, projects: Vec<String>, outcomes: &mut BTreeMap<String, Outcome>) {
+        let mut results = futures::stream::iter(projects)
+            .map(|p| async move {
+                let o = self.process(&p).await;
+                (p, o)
+            })
+            .buffer_unordered(self.settings.concurrency.max(1));
+        while let Some((p, o)) = results.next().await {
+            if let Some(o) = o {
+                self.observer.outcome(&p, &o);
+                outcomes.insert(p, o);
+            }
+        }
+    }
+
+    /// Pages through this shard's pending projects `skip`ping some; returns whether it finished
+    /// (false when stopped or the database failed).
+    async fn pass(
+        &self,
+        skip: &BTreeSet<String>,
+        summary: &mut RunSummary,
+        outcomes: &mut BTreeMap<String, Outcome>,
+        count_pages: bool,
+    ) -> Result<(bool, usize), StoreError> {
+        let mut cursor = String::new();
+        let mut attempted = 0;
+        loop {
+            if self.stop.is_set() {
+                return Ok((false, attempted));
+            }
+            let page = self.page(&cursor).await?;
+            if count_pages {
+                summary.pages += 1;
+            }
+            let full = page.len() as u32 >= self.settings.page_size;
+            if let Some(last) = page.last() {
+                cursor.clone_from(last);
+            }
+            let mine: Vec<String> = page
+                .into_iter()
+                .filter(|p| self.settings.shard.owns(p) && !skip.contains(p))
+                .collect();
+            attempted += mine.len();
+            self.process_all(mine, outcomes).await;
+            if !full {
+                return Ok((!self.stop.is_set(), attempted));
+            }
+        }
+    }
+
+    /// `run`: every pending project of the shard, then the final probes.
+    pub async fn run(&self) -> RunReport {
+        let started = Instant::now();
+        let mut summary = RunSummary::new(self.settings.shard);
+        let mut outcomes = BTreeMap::new();
+        let mut database_down = false;
+        let mut finished = match self.pass(&BTreeSet::new(), &mut summary, &mut outcomes, true).await {
+            Ok((done, _)) => done,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot read pending projects");
+                database_down = true;
+                false
+            }
+        };
+        let mut probes = 0;
+        while finished && probes < self.settings.final_probes {
+            // Projects decided for good in this run are not probed again.
+            let skip: BTreeSet<String> = outcomes
+                .iter()
+                .filter(|(_, o)| matches!(o, Outcome::Rejected { .. } | Outcome::Integrity { .. }))
+                .map(|(p, _)| p.clone())
+                .collect();
+            probes += 1;
+            match self.pass(&skip, &mut summary, &mut outcomes, false).await {
+                Ok((done, attempted)) => {
+                    summary.final_probes += 1;
+                    finished = done;
+                    if attempted == 0 {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot read pending projects");
+                    database_down = true;
+                    finished = false;
+                }
+            }
+        }
+        summary.projects_scanned = outcomes.len() as u64;
+        for o in outcomes.values() {
+            summary.count(o);
+        }
+        let left_pending = !finished && !database_down;
+        summary.elapsed_ms = started.elapsed().as_millis() as u64;
+        summary.decide_exit(database_down, left_pending, false);
+        RunReport { summary, outcomes }
+    }
+}

@@ -1,0 +1,304 @@
+//! Outcomes, the run summary, exit codes and the termination message (SPEC sections 6 and 10).
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::rejection::RejectionCode;
+
+/// Exit codes of SPEC section 10.
+pub mod exit {
+    /// Success.
+    pub const OK: i32 = 0;
+    /// Error: bad input, bad configuration, a panic.
+    pub const ERROR: i32 = 1;
+    /// Usage.
+    pub const USAGE: i32 = 2;
+    /// Unresolved after bounded recovery.
+    pub const UNRESOLVED: i32 = 3;
+    /// No current snapshot.
+    pub const NO_CURRENT: i32 = 4;
+    /// Integrity violation.
+    pub const INTEGRITY: i32 = 5;
+    /// Rejected.
+    pub const REJECTED: i32 = 6;
+    /// The triggered Job failed.
+    pub const JOB_FAILED: i32 = 7;
+    /// Database unavailable or not migrated.
+    pub const DATABASE: i32 = 8;
+    /// Timed out waiting.
+    pub const TIMEOUT: i32 = 124;
+}
+
+/// Why a project is still pending after its attempts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Unresolved {
+    /// The vector changed between observations.
+    VectorDrift,
+    /// A generation changed between observations or is not active.
+    GenerationDrift,
+    /// A transient database error.
+    Database,
+    /// Another replica held the claim every time.
+    ClaimedElsewhere,
+}
+
+impl Unresolved {
+    /// The code string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::VectorDrift => "vector-drift",
+            Self::GenerationDrift => "generation-drift",
+            Self::Database => "database",
+            Self::ClaimedElsewhere => "claimed-elsewhere",
+        }
+    }
+}
+
+/// How one build attempt (or a project's last attempt) ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// A new snapshot row was committed.
+    Published {
+        /// Its digest.
+        snapshot_digest: String,
+    },
+    /// An identical snapshot for this vector already existed.
+    Replayed {
+        /// Its digest.
+        snapshot_digest: String,
+    },
+    /// The project was current when the attempt began.
+    AlreadyCurrent {
+        /// The current snapshot's digest.
+        snapshot_digest: String,
+    },
+    /// Fail closed for this vector.
+    Rejected {
+        /// The reason code.
+        code: String,
+        /// Human detail.
+        detail: String,
+    },
+    /// Still pending (transient).
+    Unresolved {
+        /// Why.
+        reason: Unresolved,
+        /// Human detail.
+        detail: String,
+    },
+    /// `replay-mismatch`: a different snapshot exists for this vector.
+    Integrity {
+        /// Human detail.
+        detail: String,
+    },
+}
+
+impl Outcome {
+    /// The outcome word of SPEC section 6.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Published { .. } => "published",
+            Self::Replayed { .. } => "replayed",
+            Self::AlreadyCurrent { .. } => "already-current",
+            Self::Rejected { .. } => "rejected",
+            Self::Unresolved { .. } => "unresolved",
+            Self::Integrity { .. } => "integrity-violation",
+        }
+    }
+
+    /// The reason code, where one applies.
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            Self::Rejected { code, .. } => Some(code),
+            Self::Unresolved { reason, .. } => Some(reason.as_str()),
+            Self::Integrity { .. } => Some("replay-mismatch"),
+            _ => None,
+        }
+    }
+
+    /// The human detail, where one applies.
+    pub fn detail(&self) -> Option<&str> {
+        match self {
+            Self::Rejected { detail, .. }
+            | Self::Unresolved { detail, .. }
+            | Self::Integrity { detail } => Some(detail),
+            _ => None,
+        }
+    }
+
+    /// The snapshot digest, where one applies.
+    pub fn snapshot_digest(&self) -> Option<&str> {
+        match self {
+            Self::Published { snapshot_digest }
+            | Self::Replayed { snapshot_digest }
+            | Self::AlreadyCurrent { snapshot_digest } => Some(snapshot_digest),
+            _ => None,
+        }
+    }
+
+    /// Exit code of `publish` for this outcome.
+    pub fn publish_exit_code(&self) -> i32 {
+        match self {
+            Self::Published { .. } | Self::Replayed { .. } | Self::AlreadyCurrent { .. } => exit::OK,
+            Self::Rejected { .. } => exit::REJECTED,
+            Self::Unresolved { .. } => exit::UNRESOLVED,
+            Self::Integrity { .. } => exit::INTEGRITY,
+        }
+    }
+}
+
+/// `publish --json`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PublishResult<'a> {
+    /// Project.
+    pub project_id: &'a str,
+    /// Outcome word.
+    pub outcome: &'a str,
+    /// Reason code.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<&'a str>,
+    /// Human detail.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<&'a str>,
+    /// Snapshot digest.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub snapshot_digest: Option<&'a str>,
+}
+
+impl<'a> PublishResult<'a> {
+    /// The JSON line for an outcome.
+    pub fn new(project_id: &'a str, o: &'a Outcome) -> Self {
+        Self {
+            project_id,
+            outcome: o.name(),
+            reason: o.reason(),
+            detail: o.detail(),
+            snapshot_digest: o.snapshot_digest(),
+        }
+    }
+}
+
+/// The shard a replica serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Shard {
+    /// This replica's index.
+    pub index: u64,
+    /// Number of shards.
+    pub count: u64,
+}
+
+impl Shard {
+    /// Whether a project belongs to this shard: `u64::from_be_bytes(sha256(id)[0..8]) % count`.
+    pub fn owns(&self, project_id: &str) -> bool {
+        use sha2::{Digest as _, Sha256};
+        let h = Sha256::digest(project_id.as_bytes());
+        let mut first = [0u8; 8];
+        first.copy_from_slice(&h[..8]);
+        u64::from_be_bytes(first) % self.count == self.index
+    }
+}
+
+/// The run summary (`run --json`, `--summary-file`, the termination message).
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunSummary {
+    /// Always `package-executor/run-summary@v1`.
+    pub schema: &'static str,
+    /// The process's exit code.
+    pub exit_code: i32,
+    /// Distinct projects attempted.
+    pub projects_scanned: u64,
+    /// Published.
+    pub published: u64,
+    /// Replayed.
+    pub replayed: u64,
+    /// Already current.
+    pub already_current: u64,
+    /// Held by another replica to the end (not a failure).
+    pub claimed_elsewhere: u64,
+    /// Rejections by code (non-zero only).
+    pub rejected: BTreeMap<String, u64>,
+    /// Unresolved by code (non-zero only).
+    pub unresolved: BTreeMap<String, u64>,
+    /// Integrity violations by code (non-zero only).
+    pub integrity: BTreeMap<String, u64>,
+    /// Pages read.
+    pub pages: u64,
+    /// Final probe passes run.
+    pub final_probes: u64,
+    /// Wall time.
+    pub elapsed_ms: u64,
+    /// The shard.
+    pub shard: Shard,
+}
+
+impl RunSummary {
+    /// An empty summary for a shard.
+    pub fn new(shard: Shard) -> Self {
+        Self {
+            schema: "package-executor/run-summary@v1",
+            exit_code: 0,
+            projects_scanned: 0,
+            published: 0,
+            replayed: 0,
+            already_current: 0,
+            claimed_elsewhere: 0,
+            rejected: BTreeMap::new(),
+            unresolved: BTreeMap::new(),
+            integrity: BTreeMap::new(),
+            pages: 0,
+            final_probes: 0,
+            elapsed_ms: 0,
+            shard,
+        }
+    }
+
+    /// Counts a project's final outcome.
+    pub fn count(&mut self, o: &Outcome) {
+        match o {
+            Outcome::Published { .. } => self.published += 1,
+            Outcome::Replayed { .. } => self.replayed += 1,
+            Outcome::AlreadyCurrent { .. } => self.already_current += 1,
+            Outcome::Rejected { code, .. } => *self.rejected.entry(code.clone()).or_default() += 1,
+            Outcome::Unresolved { reason: Unresolved::ClaimedElsewhere, .. } => {
+                self.claimed_elsewhere += 1
+            }
+            Outcome::Unresolved { reason, .. } => {
+                *self.unresolved.entry(reason.as_str().to_owned()).or_default() += 1
+            }
+            Outcome::Integrity { .. } => {
+                *self.integrity.entry("replay-mismatch".to_owned()).or_default() += 1
+            }
+        }
+    }
+
+    /// The exit code by SPEC precedence (5, 8, 3, 6), given whether the database became
+    /// unavailable and whether work was left undone (deadline, SIGTERM).
+    pub fn decide_exit(&mut self, database_down: bool, left_pending: bool, fail_on_rejected: bool) {
+        let total_rejected: u64 = self.rejected.values().sum();
+        let total_unresolved: u64 = self.unresolved.values().sum();
+        self.exit_code = if !self.integrity.is_empty() {
+            exit::INTEGRITY
+        } else if database_down {
+            exit::DATABASE
+        } else if total_unresolved > 0 || left_pending {
+            exit::UNRESOLVED
+        } else if fail_on_rejected && total_rejected > 0 {
+            exit::REJECTED
+        } else {
+            exit::OK
+        };
+    }
+
+    /// The one-line JSON form (always under 4,096 bytes: maps hold at most 16 + 4 + 1 keys).
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|_| String::from("{}"))
+    }
+}
+
+/// Whether a rejection code string is one of SPEC section 6.
+pub fn is_rejection_code(code: &str) -> bool {
+    RejectionCode::parse(code).is_some()
+}

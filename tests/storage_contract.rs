@@ -1,0 +1,316 @@
+//! The storage contract: the same test bodies on a real PostgreSQL server and on real SQLite
+//! files.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "support/db.rs"]
+mod db;
+#[path = "support/pg.rs"]
+mod pg;
+
+use std::future::Future;
+use std::time::Duration;
+
+use db::*;
+use package_executor::planner;
+use package_executor::report::Outcome;
+use package_executor::sources;
+use package_executor::store::{Dialect, InsertOutcome, Store};
+
+async fn within<F: Future<Output = ()>>(f: F) {
+    tokio::time::timeout(Duration::from_secs(180), f).await.expect("test timed out");
+}
+
+macro_rules! contract {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                let url = super::pg::fresh_db().await;
+                super::within(super::$name(super::connect(&url).await)).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                let (url, _dir) = super::pg::fresh_sqlite().await;
+                super::within(super::$name(super::connect(&url).await)).await;
+            }
+        }
+    )*};
+}
+
+contract!(
+    import_publish_replay,
+    replay_mismatch_is_reported_not_overwritten,
+    activation_lifecycle,
+    removal_and_empty_project,
+    current_proof_refuses_partial_matches,
+    append_only_tables,
+    generations_are_immutable,
+    import_conflicts_abort_everything,
+);
+
+async fn import_publish_replay(store: Store) {
+    let first = import(&store, DEMO).await;
+    assert!(first.inserted > 0);
+    assert_eq!(import(&store, DEMO).await.inserted, 0, "a second import changes nothing");
+
+    let o = publish(&store, "demo-1").await;
+    assert!(matches!(o, Outcome::Published { .. }), "{o:?}");
+    let digest = digest_of(&o);
+    assert_eq!(current_digest(&store, "demo-1").await, Some(digest.clone()));
+    let again = publish(&store, "demo-1").await;
+    assert_eq!(again, Outcome::AlreadyCurrent { snapshot_digest: digest.clone() });
+
+    // Exact replay: the same snapshot appended again is `replayed`, not a second row.
+    let mut a = store.begin().await.unwrap();
+    let heads: Vec<_> = a.observe("demo-1").await.unwrap().into_iter().map(|h| h.head).collect();
+    let mut revisions = std::collections::BTreeMap::new();
+    for h in &heads {
+        let bytes = a.revision_content(&h.revision_digest).await.unwrap().unwrap();
+        revisions.insert(h.revision_digest.clone(), bytes);
+    }
+    let snapshot = planner::plan("demo-1", heads, |d| revisions.get(d).map(|b| (b.len() as i64, b.as_slice()))).unwrap();
+    assert_eq!(snapshot.snapshot_digest.as_str(), digest);
+    assert_eq!(a.insert_snapshot(&snapshot).await.unwrap(), InsertOutcome::Replayed);
+    a.rollback().await.unwrap();
+    assert_eq!(scalar(&store, "SELECT COUNT(*) FROM ql3.tool_definition_snapshots").await, 1);
+    assert_eq!(scalar(&store, "SELECT COUNT(*) FROM ql3.tool_definition_snapshot_sources").await, 2);
+
+    // The stored document is the planner's, byte for byte, and the committed time has millis.
+    let current = store.find_current("demo-1").await.unwrap().unwrap();
+    assert_eq!(current.canonical_json, snapshot.canonical_json);
+    assert_eq!(current.committed_at.len(), 24, "{}", current.committed_at);
+    assert!(current.committed_at.ends_with('Z'));
+
+    let rejected = publish(&store, "demo-rejected").await;
+    assert_eq!(rejected.reason(), Some("forbidden-field"));
+    assert!(rejected.detail().unwrap().contains("handler"));
+    assert_eq!(current_digest(&store, "demo-rejected").await, None);
+    assert_eq!(scalar(&store, "SELECT COUNT(*) FROM ql3.tool_definition_snapshot_rejections").await, 1);
+    // Recorded once per vector; a second publish reads the record, not the revisions.
+    assert_eq!(publish(&store, "demo-rejected").await.reason(), Some("forbidden-field"));
+    assert_eq!(scalar(&store, "SELECT COUNT(*) FROM ql3.tool_definition_snapshot_rejections").await, 1);
+}
+
+async fn replay_mismatch_is_reported_not_overwritten(store: Store) {
+    import(&store, DEMO).await;
+    // The digest the real build would give, found on a throwaway copy of the build.
+    let mut a = store.begin().await.unwrap();
+    let heads: Vec<_> = a.observe("demo-2").await.unwrap().into_iter().map(|h| h.head).collect();
+    a.rollback().await.unwrap();
+    let vector = planner::active_vector_digest("demo-2", &heads);
+    let forged = "sha256:".to_owned() + &"ab".repeat(32);
+    let blob = match store.dialect() {
+        Dialect::Postgres => "decode('7b7d', 'hex')",
+        Dialect::Sqlite => "X'7B7D'",
+    };
+    exec(&store, &format!(
+        "INSERT INTO ql3.tool_definition_snapshots (project_id, active_vector_digest, definition_digest, \
+         snapshot_digest, package_count, definition_count, canonical_json) \
+         VALUES ('demo-2', '{vector}', '{forged}', '{forged}', 1, 0, {blob})"
+    )).await.unwrap();
+    let o = publish(&store, "demo-2").await;
+    assert_eq!(o.name(), "integrity-violation", "{o:?}");
+    assert_eq!(o.reason(), Some("replay-mismatch"));
+    assert_eq!(scalar(&store, "SELECT COUNT(*) FROM ql3.tool_definition_snapshots").await, 1);
+    assert_eq!(current_digest(&store, "demo-2").await, None, "a snapshot without sources is never current");
+}
+
+async fn activation_lifecycle(store: Store) {
+    import(&store, DEMO).await;
+    let s1 = digest_of(&publish(&store, "demo-1").await);
+    // Generation 3 is staged; moving it through the pre-activation states keeps S1 current.
+    for status in ["queued", "staged", "activating"] {
+        exec(&store, &format!(
+            "UPDATE ql3.package_generations SET status = '{status}' WHERE installation_id = 'demo-1-github' AND generation = 3"
+        )).await.unwrap();
+        assert_eq!(current_digest(&store, "demo-1").await, Some(s1.clone()), "during {status}");
+    }
+    sources::activate(&store, "demo-1-github", 3).await.unwrap();
+    assert_eq!(current_digest(&store, "demo-1").await, None, "the old snapshot is not current once activation commits");
+    let s2 = digest_of(&publish(&store, "demo-1").await);
+    assert_ne!(s1, s2);
+    assert_eq!(current_digest(&store, "demo-1").await, Some(s2.clone()));
+    // Rolling back to generation 2 makes the vector of S1 live again: S1 is current again.
+    sources::activate(&store, "demo-1-github", 2).await.unwrap();
+    assert_eq!(current_digest(&store, "demo-1").await, Some(s1.clone()));
+    // Activation from a status that is not staged/activating/superseded is refused.
+    exec(&store, "UPDATE ql3.package_generations SET status = 'failed' WHERE installation_id = 'demo-1-github' AND generation = 3").await.unwrap();
+    assert!(sources::activate(&store, "demo-1-github", 3).await.is_err());
+    assert!(sources::activate(&store, "no-such-installation", 1).await.is_err());
+}
+
+async fn removal_and_empty_project(store: Store) {
+    import(&store, DEMO).await;
+    let s1 = digest_of(&publish(&store, "demo-1").await);
+    sources::remove(&store, "demo-1", "acme.docs").await.unwrap();
+    assert_eq!(current_digest(&store, "demo-1").await, None);
+    let s2 = digest_of(&publish(&store, "demo-1").await);
+    assert_ne!(s1, s2);
+    let doc = store.find_current("demo-1").await.unwrap().unwrap().canonical_json;
+    let doc: serde_json::Value = serde_json::from_slice(&doc).unwrap();
+    assert_eq!(doc["activeVector"].as_array().unwrap().len(), 1);
+    assert!(sources::remove(&store, "demo-1", "acme.docs").await.is_ok(), "removing twice is harmless");
+    assert!(sources::remove(&store, "demo-1", "nope").await.is_err());
+
+    let empty = publish(&store, "demo-empty").await;
+    assert!(matches!(empty, Outcome::Published { .. }));
+    let doc = store.find_current("demo-empty").await.unwrap().unwrap().canonical_json;
+    let doc: serde_json::Value = serde_json::from_slice(&doc).unwrap();
+    assert_eq!(doc["activeVector"], serde_json::json!([]));
+    assert_eq!(doc["definitions"], serde_json::json!([]));
+    // Removing every package leaves a legal empty snapshot too.
+    sources::remove(&store, "demo-1", "acme.github").await.unwrap();
+    let s3 = publish(&store, "demo-1").await;
+    assert!(matches!(s3, Outcome::Published { .. }));
+    assert!(store.find_current("missing-project").await.unwrap().is_none());
+}
+
+async fn current_proof_refuses_partial_matches(store: Store) {
+    import(&store, DEMO).await;
+    let mut a = store.begin().await.unwrap();
+    let live: Vec<_> = a.observe("demo-1").await.unwrap().into_iter().map(|h| h.head).collect();
+    a.rollback().await.unwrap();
+    assert_eq!(live.len(), 2);
+    // Fake snapshots whose sources are a strict subset / superset of the live heads.
+    let mut extra = live[0].clone();
+    extra.package_name = "zzz.extra".into();
+    extra.installation_id = "zzz-extra".into();
+    let cases = [("subset", vec![live[0].clone()]), ("superset", vec![live[0].clone(), live[1].clone(), extra])];
+    for (i, (label, sources)) in cases.into_iter().enumerate() {
+        let n = i + 1;
+        let fake = planner::Snapshot {
+            project_id: "demo-1".into(),
+            active_vector_digest: package_executor::model::Digest::of(format!("vector {n}").as_bytes()),
+            definition_digest: package_executor::model::Digest::of(b"d"),
+            snapshot_digest: package_executor::model::Digest::of(format!("snapshot {n}").as_bytes()),
+            canonical_json: b"{}".to_vec(),
+            sources,
+            definition_count: 0,
+        };
+        let mut a = store.begin().await.unwrap();
+        assert_eq!(a.insert_snapshot(&fake).await.unwrap(), InsertOutcome::Published);
+        a.commit().await.unwrap();
+        // Force package_count to the live count is impossible (append-only), so the subset row
+        // has count 1 and the superset 3: both must be absent.
+        assert_eq!(current_digest(&store, "demo-1").await, None, "{label}");
+    }
+    let real = digest_of(&publish(&store, "demo-1").await);
+    assert_eq!(current_digest(&store, "demo-1").await, Some(real.clone()));
+    // A head pointing at a generation that is not active: absent, never a fallback.
+    exec(&store, "UPDATE ql3.package_generations SET status = 'superseded' WHERE installation_id = 'demo-1-docs' AND generation = 1").await.unwrap();
+    assert_eq!(current_digest(&store, "demo-1").await, None);
+    exec(&store, "UPDATE ql3.package_generations SET status = 'active' WHERE installation_id = 'demo-1-docs' AND generation = 1").await.unwrap();
+    assert_eq!(current_digest(&store, "demo-1").await, Some(real));
+}
+
+async fn append_only_tables(store: Store) {
+    import(&store, DEMO).await;
+    publish(&store, "demo-1").await;
+    publish(&store, "demo-rejected").await;
+    let tables = [
+        "tool_definition_snapshots",
+        "tool_definition_snapshot_sources",
+        "tool_definition_snapshot_rejections",
+    ];
+    for t in tables {
+        let col = if t == "tool_definition_snapshot_rejections" { "detail" } else { "project_id" };
+        let col = if t == "tool_definition_snapshot_sources" { "lock_digest" } else { col };
+        let update = exec(&store, &format!("UPDATE ql3.{t} SET {col} = {col}")).await.unwrap_err();
+        assert!(update.contains("append-only") && update.contains("UPDATE"), "{t}: {update}");
+        let delete = exec(&store, &format!("DELETE FROM ql3.{t}")).await.unwrap_err();
+        assert!(delete.contains("append-only") && delete.contains("DELETE"), "{t}: {delete}");
+    }
+    match store.dialect() {
+        Dialect::Postgres => {
+            for t in tables {
+                let e = exec(&store, &format!("TRUNCATE ql3.{t} CASCADE")).await.unwrap_err();
+                assert!(e.contains("TRUNCATE") && e.contains("append-only"), "{t}: {e}");
+            }
+            // Replica mode does not switch the triggers off (ENABLE ALWAYS), even for the owner.
+            let pool = store.pg_pool().unwrap();
+            let mut tx = pool.begin().await.unwrap();
+            sqlx::query("SET LOCAL session_replication_role = replica").execute(&mut *tx).await.unwrap();
+            sqlx::query("SET LOCAL ROLE ql3_owner").execute(&mut *tx).await.unwrap();
+            let e = sqlx::query("DELETE FROM ql3.tool_definition_snapshots").execute(&mut *tx).await.unwrap_err();
+            assert!(e.to_string().contains("append-only"), "{e}");
+            tx.rollback().await.unwrap();
+            let mut tx = pool.begin().await.unwrap();
+            sqlx::query("SET LOCAL session_replication_role = replica").execute(&mut *tx).await.unwrap();
+            let e = sqlx::query("TRUNCATE ql3.tool_definition_snapshot_rejections").execute(&mut *tx).await.unwrap_err();
+            assert!(e.to_string().contains("append-only"), "{e}");
+            tx.rollback().await.unwrap();
+        }
+        Dialect::Sqlite => {
+            let before = scalar(&store, "SELECT COUNT(*) FROM tool_definition_snapshots").await;
+            let digest_before = current_digest(&store, "demo-1").await;
+            let n = exec(&store, "INSERT OR REPLACE INTO tool_definition_snapshots \
+                (snapshot_id, project_id, active_vector_digest, definition_digest, snapshot_digest, package_count, definition_count, canonical_json) \
+                SELECT snapshot_id, project_id, active_vector_digest, definition_digest, \
+                'sha256:' || substr(hex(zeroblob(32)), 1, 64), package_count, definition_count, X'00' \
+                FROM tool_definition_snapshots").await;
+            assert!(n.is_ok(), "{n:?}");
+            exec(&store, "REPLACE INTO tool_definition_snapshot_rejections (project_id, active_vector_digest, reason, detail) \
+                SELECT project_id, active_vector_digest, 'source-invalid', 'x' FROM tool_definition_snapshot_rejections").await.unwrap();
+            assert_eq!(scalar(&store, "SELECT COUNT(*) FROM tool_definition_snapshots").await, before);
+            assert_eq!(current_digest(&store, "demo-1").await, digest_before, "INSERT OR REPLACE left the row unchanged");
+            assert_eq!(scalar(&store, "SELECT COUNT(*) FROM tool_definition_snapshot_rejections WHERE reason = 'forbidden-field'").await, 1);
+        }
+    }
+    let e = exec(&store, "UPDATE ql3.materialized_revisions SET byte_length = byte_length").await.unwrap_err();
+    assert!(e.contains("append-only"), "{e}");
+}
+
+async fn generations_are_immutable(store: Store) {
+    import(&store, DEMO).await;
+    for (col, value) in [
+        ("lock_digest", "'sha256:0000000000000000000000000000000000000000000000000000000000000000'"),
+        ("revision_digest", "'sha256:0000000000000000000000000000000000000000000000000000000000000000'"),
+        ("generation_digest", "'sha256:0000000000000000000000000000000000000000000000000000000000000000'"),
+        ("approved_permissions", "'[\"everything\"]'"),
+    ] {
+        let e = exec(&store, &format!("UPDATE ql3.package_generations SET {col} = {value} WHERE installation_id = 'demo-1-github'"))
+            .await
+            .unwrap_err();
+        assert!(e.contains("immutable"), "{col}: {e}");
+    }
+    // Status moves.
+    exec(&store, "UPDATE ql3.package_generations SET status = 'failed' WHERE installation_id = 'demo-1-github' AND generation = 3").await.unwrap();
+    // Format checks on source rows.
+    for bad in [
+        "INSERT INTO ql3.projects (project_id) VALUES ('bad id')",
+        "INSERT INTO ql3.projects (project_id) VALUES ('')",
+        "INSERT INTO ql3.package_installations (installation_id, project_id, package_name) VALUES ('i-x', 'demo-1', 'Upper')",
+        "INSERT INTO ql3.package_installations (installation_id, project_id, package_name) VALUES ('i-y', 'demo-1', '@a/b/c')",
+        "INSERT INTO ql3.package_generations (installation_id, generation, status, generation_digest, lock_digest, revision_digest) VALUES ('demo-1-docs', 0, 'staged', 'sha256:0000000000000000000000000000000000000000000000000000000000000000', 'sha256:0000000000000000000000000000000000000000000000000000000000000000', 'sha256:0000000000000000000000000000000000000000000000000000000000000000')",
+        "INSERT INTO ql3.package_generations (installation_id, generation, status, generation_digest, lock_digest, revision_digest) VALUES ('demo-1-docs', 9, 'staged', 'sha256:ABC', 'sha256:0000000000000000000000000000000000000000000000000000000000000000', 'sha256:0000000000000000000000000000000000000000000000000000000000000000')",
+        "INSERT INTO ql3.package_generations (installation_id, generation, status, generation_digest, lock_digest, revision_digest, approved_permissions) VALUES ('demo-1-docs', 9, 'staged', 'sha256:0000000000000000000000000000000000000000000000000000000000000000', 'sha256:0000000000000000000000000000000000000000000000000000000000000000', 'sha256:0000000000000000000000000000000000000000000000000000000000000000', '[\"a\",\"a\"]')",
+        "INSERT INTO ql3.package_generations (installation_id, generation, status, generation_digest, lock_digest, revision_digest) VALUES ('demo-1-docs', 9, 'weird', 'sha256:0000000000000000000000000000000000000000000000000000000000000000', 'sha256:0000000000000000000000000000000000000000000000000000000000000000', 'sha256:0000000000000000000000000000000000000000000000000000000000000000')",
+    ] {
+        assert!(exec(&store, bad).await.is_err(), "accepted: {bad}");
+    }
+    exec(&store, "INSERT INTO ql3.package_installations (installation_id, project_id, package_name) VALUES ('i-z', 'demo-1', '@scope/pkg-1.x_y')").await.unwrap();
+}
+
+async fn import_conflicts_abort_everything(store: Store) {
+    import(&store, DEMO).await;
+    let before = scalar(&store, "SELECT COUNT(*) FROM ql3.projects").await;
+    // A new project plus a conflicting immutable column on an existing generation.
+    let text = String::from_utf8(DEMO.to_vec()).unwrap();
+    let conflicting = text
+        .replacen("\"projectId\": \"demo-empty\"", "\"projectId\": \"brand-new\"", 1)
+        .replacen("\"approvedPermissions\": [\n        \"network\"\n       ]", "\"approvedPermissions\": [\"other\"]", 1);
+    assert_ne!(conflicting, text);
+    let fixture = sources::parse_fixture(conflicting.as_bytes()).unwrap();
+    let err = sources::import(&store, &fixture).await.unwrap_err();
+    assert!(err.to_string().contains("immutable"), "{err}");
+    assert_eq!(scalar(&store, "SELECT COUNT(*) FROM ql3.projects").await, before, "all or nothing");
+    // Missing revision needs a digest; revisionText is stored raw.
+    let missing = br#"{"schema":"package-executor/fixture@v1","projects":[{"projectId":"m","packages":[{"packageName":"a","installationId":"m-a","generations":[{"generation":1,"status":"active"}]}]}]}"#;
+    let fixture = sources::parse_fixture(missing).unwrap();
+    assert!(sources::import(&store, &fixture).await.is_err());
+    let raw = br#"{"schema":"package-executor/fixture@v1","projects":[{"projectId":"m","packages":[{"packageName":"a","installationId":"m-a","generations":[{"generation":1,"status":"active","revisionText":"not json"}]}]}]}"#;
+    let fixture = sources::parse_fixture(raw).unwrap();
+    sources::import(&store, &fixture).await.unwrap();
+    assert_eq!(publish(&store, "m").await.reason(), Some("revision-malformed"));
+    assert!(sources::parse_fixture(br#"{"schema":"nope","projects":[]}"#).is_err());
+}

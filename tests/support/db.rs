@@ -1,0 +1,70 @@
+//! Dialect-neutral helpers for tests that touch storage.
+#![allow(dead_code)]
+
+use package_executor::coordinator::{Coordinator, LogObserver, RunSettings, Stop};
+use package_executor::report::Outcome;
+use package_executor::sources;
+use package_executor::store::{ConnectOptions, Dialect, Store};
+
+pub const DEMO: &[u8] = include_bytes!("../../examples/demo-fixture.json");
+
+pub async fn connect(url: &str) -> Store {
+    Store::connect(&ConnectOptions::new(url)).await.expect("connect")
+}
+
+/// Runs one statement written with `ql3.` names (stripped for SQLite); returns the error text.
+pub async fn exec(store: &Store, text: &str) -> Result<u64, String> {
+    let text = match store.dialect() {
+        Dialect::Postgres => text.to_owned(),
+        Dialect::Sqlite => text.replace("ql3.", ""),
+    };
+    let r = match (store.pg_pool(), store.sqlite_pool()) {
+        (Some(p), _) => sqlx::query(sqlx::AssertSqlSafe(text)).execute(p).await.map(|r| r.rows_affected()),
+        (_, Some(p)) => sqlx::query(sqlx::AssertSqlSafe(text)).execute(p).await.map(|r| r.rows_affected()),
+        _ => unreachable!(),
+    };
+    r.map_err(|e| e.to_string())
+}
+
+/// One scalar (as i64) from a statement written with `ql3.` names.
+pub async fn scalar(store: &Store, text: &str) -> i64 {
+    use sqlx::Row;
+    let text = match store.dialect() {
+        Dialect::Postgres => text.to_owned(),
+        Dialect::Sqlite => text.replace("ql3.", ""),
+    };
+    match (store.pg_pool(), store.sqlite_pool()) {
+        (Some(p), _) => sqlx::query(sqlx::AssertSqlSafe(text)).fetch_one(p).await.expect("query").try_get::<i64, _>(0).expect("i64"),
+        (_, Some(p)) => sqlx::query(sqlx::AssertSqlSafe(text)).fetch_one(p).await.expect("query").try_get::<i64, _>(0).expect("i64"),
+        _ => unreachable!(),
+    }
+}
+
+pub async fn import(store: &Store, bytes: &[u8]) -> sources::ImportReport {
+    let fixture = sources::parse_fixture(bytes).expect("fixture");
+    sources::import(store, &fixture).await.expect("import")
+}
+
+pub fn settings() -> RunSettings {
+    RunSettings {
+        backoff_min: std::time::Duration::from_millis(5),
+        backoff_max: std::time::Duration::from_millis(50),
+        ..RunSettings::default()
+    }
+}
+
+pub async fn publish(store: &Store, project: &str) -> Outcome {
+    let observer = LogObserver;
+    Coordinator::new(store.clone(), settings(), Stop::default(), &observer)
+        .publish(project)
+        .await
+        .expect("publish")
+}
+
+pub async fn current_digest(store: &Store, project: &str) -> Option<String> {
+    store.find_current(project).await.expect("find_current").map(|c| c.snapshot_digest)
+}
+
+pub fn digest_of(o: &Outcome) -> String {
+    o.snapshot_digest().unwrap_or_else(|| panic!("expected a snapshot, got {o:?}")).to_owned()
+}

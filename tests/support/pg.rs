@@ -1,0 +1,222 @@
+//! A throwaway PostgreSQL cluster started from the system's binaries, shared by the tests of
+//! one test binary, with a migrated template database cloned per test.
+//!
+//! It never skips: when the binaries are missing the tests fail and say what to install. A
+//! watchdog process stops the server and removes its files when the test process exits, even
+//! after a panic or a kill.
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use package_executor::store::{ConnectOptions, Store};
+
+/// A running cluster.
+#[derive(Debug)]
+pub struct PgCluster {
+    pub port: u16,
+    pub dir: PathBuf,
+    pub bindir: PathBuf,
+    pub as_root: bool,
+}
+
+static CLUSTER: OnceLock<PgCluster> = OnceLock::new();
+static NEXT_DB: AtomicUsize = AtomicUsize::new(0);
+pub const TEMPLATE: &str = "ql3_template";
+
+fn bindir() -> PathBuf {
+    if let Ok(out) = Command::new("pg_config").arg("--bindir").output() {
+        let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        if dir.join("initdb").exists() {
+            return dir;
+        }
+    }
+    let mut candidates: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.path().join("bin")).collect())
+        .unwrap_or_default();
+    candidates.sort();
+    candidates.into_iter().rev().find(|d| d.join("initdb").exists()).unwrap_or_else(|| {
+        panic!(
+            "PostgreSQL server binaries (initdb, pg_ctl) not found via `pg_config --bindir` or \
+             /usr/lib/postgresql/*/bin. Install them: `apt-get install -y postgresql` \
+             (Debian/Ubuntu) and run the tests again. These tests never skip."
+        )
+    })
+}
+
+fn is_root() -> bool {
+    Command::new("id").arg("-u").output().map(|o| o.stdout.starts_with(b"0\n")).unwrap_or(false)
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
+}
+
+impl PgCluster {
+    /// Runs a server binary, as the `postgres` OS user when the tests run as root.
+    pub fn run(&self, bin: &str, args: &[&str]) -> std::process::Output {
+        let path = self.bindir.join(bin);
+        let mut cmd = if self.as_root {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(&path);
+            c
+        } else {
+            Command::new(&path)
+        };
+        cmd.args(args).current_dir("/tmp");
+        let out = cmd.output().unwrap_or_else(|e| panic!("cannot run {}: {e}", path.display()));
+        assert!(
+            out.status.success(),
+            "{bin} {args:?} failed: {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    }
+
+    /// Creates, starts and watches a new cluster in `dir`.
+    pub fn start_in(dir: PathBuf, extra_conf: &str) -> Self {
+        let bindir = bindir();
+        let as_root = is_root();
+        std::fs::create_dir_all(dir.join("sock")).expect("mkdir");
+        if as_root {
+            let ok = Command::new("chown").args(["-R", "postgres:postgres"]).arg(&dir).status();
+            assert!(ok.map(|s| s.success()).unwrap_or(false), "chown of {} failed", dir.display());
+        }
+        let port = free_port();
+        let cluster = Self { port, dir, bindir, as_root };
+        let data = cluster.data_dir();
+        cluster.run(
+            "initdb",
+            &["-D", path(&data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-locale", "--no-sync"],
+        );
+        let conf = format!(
+            "port = {port}\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '{}'\n\
+             fsync = off\nfull_page_writes = off\nmax_connections = 300\nshared_buffers = 128MB\n{extra_conf}\n",
+            cluster.dir.join("sock").display()
+        );
+        let conf_path = data.join("postgresql.auto.conf");
+        let mut existing = std::fs::read_to_string(&conf_path).unwrap_or_default();
+        existing.push_str(&conf);
+        std::fs::write(&conf_path, existing).expect("write conf");
+        cluster.start();
+        cluster.watch();
+        cluster
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    pub fn start(&self) {
+        let log = self.dir.join("server.log");
+        self.run("pg_ctl", &["-D", path(&self.data_dir()), "-l", path(&log), "-w", "-t", "60", "start"]);
+    }
+
+    pub fn stop(&self, mode: &str) {
+        self.run("pg_ctl", &["-D", path(&self.data_dir()), "-m", mode, "-w", "stop"]);
+    }
+
+    /// Stops the server and removes its files once this test process is gone.
+    fn watch(&self) {
+        let pid = std::process::id();
+        let script = format!(
+            "while [ -d /proc/{pid} ]; do sleep 0.5; done; {} -D {} -m immediate stop >/dev/null 2>&1; rm -rf {}",
+            self.bindir.join("pg_ctl").display(),
+            self.data_dir().display(),
+            self.dir.display()
+        );
+        let mut cmd = if self.as_root {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--", "setsid", "sh", "-c", &script]);
+            c
+        } else {
+            let mut c = Command::new("setsid");
+            c.args(["sh", "-c", &script]);
+            c
+        };
+        cmd.stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        cmd.spawn().expect("spawn watchdog");
+    }
+
+    pub fn url(&self, db: &str) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/{db}", self.port)
+    }
+
+    /// A URL for a login with a password-less trust connection.
+    pub fn url_as(&self, user: &str, db: &str) -> String {
+        format!("postgres://{user}@127.0.0.1:{}/{db}", self.port)
+    }
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+/// Runs async setup on a private runtime (the caller may be inside another runtime).
+pub fn block_on<F: std::future::Future + Send + 'static>(f: F) -> F::Output
+where
+    F::Output: Send + 'static,
+{
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime").block_on(f)
+    })
+    .join()
+    .expect("setup thread")
+}
+
+/// The shared cluster of this test binary, with a migrated template database.
+pub fn cluster() -> &'static PgCluster {
+    CLUSTER.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("pe-pg-{}-{}", std::process::id(), free_port()));
+        let cluster = PgCluster::start_in(dir, "");
+        let admin = cluster.url("postgres");
+        let template = cluster.url(TEMPLATE);
+        block_on(async move {
+            let store = Store::connect(&ConnectOptions::new(admin)).await.expect("connect admin");
+            let pool = store.pg_pool().expect("pg").clone();
+            sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {TEMPLATE}")))
+                .execute(&pool)
+                .await
+                .expect("create template");
+            store.close().await;
+            let store = Store::connect(&ConnectOptions::new(template)).await.expect("connect template");
+            store.migrate(true, None).await.expect("migrate template");
+            store.close().await;
+        });
+        cluster
+    })
+}
+
+/// A fresh database cloned from the migrated template; returns its URL (superuser).
+pub async fn fresh_db() -> String {
+    let c = cluster();
+    let name = format!("t_{}_{}", std::process::id(), NEXT_DB.fetch_add(1, Ordering::SeqCst));
+    let admin = c.url("postgres");
+    let create = name.clone();
+    block_on(async move {
+        let store = Store::connect(&ConnectOptions::new(admin)).await.expect("connect admin");
+        let pool = store.pg_pool().expect("pg").clone();
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {create} TEMPLATE {TEMPLATE}")))
+            .execute(&pool)
+            .await
+            .expect("clone template");
+        store.close().await;
+    });
+    c.url(&name)
+}
+
+/// A fresh, migrated SQLite file; returns its URL and keeps the directory alive.
+pub async fn fresh_sqlite() -> (String, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("sqlite://{}", dir.path().join("t.db").display());
+    let store = Store::connect(&ConnectOptions::new(url.clone())).await.expect("connect sqlite");
+    store.migrate(false, None).await.expect("migrate sqlite");
+    store.close().await;
+    (url, dir)
+}
