@@ -51,7 +51,11 @@ const HASH_BUF: usize = 16 * 1024;
 
 impl Default for HashSink {
     fn default() -> Self {
-        Self { hasher: Sha256::new(), buf: Vec::with_capacity(HASH_BUF), len: 0 }
+        Self {
+            hasher: Sha256::new(),
+            buf: Vec::with_capacity(HASH_BUF),
+            len: 0,
+        }
     }
 }
 
@@ -59,7 +63,10 @@ impl HashSink {
     /// Finishes the hash.
     pub fn finish(mut self) -> (Digest, u64) {
         self.hasher.update(&self.buf);
-        (Digest::from_sha256(self.hasher.finalize().as_slice()), self.len)
+        (
+            Digest::from_sha256(self.hasher.finalize().as_slice()),
+            self.len,
+        )
     }
 }
 
@@ -211,7 +218,14 @@ pub fn write_string<S: Sink>(s: &str, out: &mut S) {
             0x0a => out.put(b"\\n"),
             0x0c => out.put(b"\\f"),
             0x0d => out.put(b"\\r"),
-            _ => out.put(&[b'\\', b'u', b'0', b'0', HEX[(b >> 4) as usize], HEX[(b & 0xf) as usize]]),
+            _ => out.put(&[
+                b'\\',
+                b'u',
+                b'0',
+                b'0',
+                HEX[(b >> 4) as usize],
+                HEX[(b & 0xf) as usize],
+            ]),
         }
     }
     if start < bytes.len() {
@@ -397,7 +411,9 @@ impl<'de> Visitor<'de> for StrictVisitor {
         let mut out = Map::new();
         while let Some(key) = map.next_key::<String>()? {
             if out.contains_key(&key) {
-                return Err(de::Error::custom(format_args!("duplicate member name {key:?}")));
+                return Err(de::Error::custom(format_args!(
+                    "duplicate member name {key:?}"
+                )));
             }
             let value = map.next_value_seed(StrictValue)?;
             out.insert(key, value);
@@ -476,7 +492,10 @@ mod tests {
         assert!(parse_strict(b"\xff", 128).is_err());
         let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
         assert!(parse_strict(deep(128).as_bytes(), 128).is_ok());
-        assert_eq!(parse_strict(deep(129).as_bytes(), 128), Err(JsonError::TooDeep(128)));
+        assert_eq!(
+            parse_strict(deep(129).as_bytes(), 128),
+            Err(JsonError::TooDeep(128))
+        );
         assert!(parse_strict(br#"["[[[[", "\"{{"]"#, 2).is_ok());
     }
 

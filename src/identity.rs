@@ -22,10 +22,14 @@ pub struct ToolIdentity {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum IdentityError {
     /// A component is empty.
-    #[error("the {0} component is empty; every component of an identity needs at least one character")]
+    #[error(
+        "the {0} component is empty; every component of an identity needs at least one character"
+    )]
     EmptyComponent(&'static str),
     /// Not exactly three `:`-separated segments.
-    #[error("expected exactly three ':'-separated segments, found {0}; escape ':' inside a component as %3A")]
+    #[error(
+        "expected exactly three ':'-separated segments, found {0}; escape ':' inside a component as %3A"
+    )]
     SegmentCount(usize),
     /// A raw `*`, `?`, `\` or `/`.
     #[error("raw {0:?} at byte {1}; it must be percent-escaped in a canonical identity")]
@@ -83,12 +87,20 @@ fn unescape(segment: &str, offset: usize) -> Result<String, IdentityError> {
 impl ToolIdentity {
     /// A package tool's identity.
     pub fn package(package_name: &str, tool_name: &str) -> Self {
-        Self { source: "package".into(), origin: package_name.into(), name: tool_name.into() }
+        Self {
+            source: "package".into(),
+            origin: package_name.into(),
+            name: tool_name.into(),
+        }
     }
 
     /// The canonical string `esc(source):esc(origin):esc(name)`.
     pub fn encode(&self) -> Result<String, IdentityError> {
-        for (what, c) in [("source", &self.source), ("origin", &self.origin), ("name", &self.name)] {
+        for (what, c) in [
+            ("source", &self.source),
+            ("origin", &self.origin),
+            ("name", &self.name),
+        ] {
             if c.is_empty() {
                 return Err(IdentityError::EmptyComponent(what));
             }
@@ -121,7 +133,11 @@ impl ToolIdentity {
         let name = parts.pop().unwrap_or_default();
         let origin = parts.pop().unwrap_or_default();
         let source = parts.pop().unwrap_or_default();
-        Ok(Self { source, origin, name })
+        Ok(Self {
+            source,
+            origin,
+            name,
+        })
     }
 
     /// The model-visible alias: `sanitize(origin)__sanitize(name)`, shortened with a hash of the
@@ -136,14 +152,22 @@ impl fmt::Display for ToolIdentity {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.encode() {
             Ok(s) => f.write_str(&s),
-            Err(_) => write!(f, "{{{:?}, {:?}, {:?}}}", self.source, self.origin, self.name),
+            Err(_) => write!(
+                f,
+                "{{{:?}, {:?}, {:?}}}",
+                self.source, self.origin, self.name
+            ),
         }
     }
 }
 
 fn sanitize_into(s: &str, out: &mut String) {
     for c in s.chars() {
-        out.push(if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' });
+        out.push(if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+            c
+        } else {
+            '_'
+        });
     }
 }
 
@@ -166,7 +190,9 @@ pub fn alias_of(origin: &str, name: &str, canonical: &str) -> String {
 /// Whether `alias` has the alias shape `^[A-Za-z0-9_-]{1,64}$`.
 pub fn is_alias(alias: &str) -> bool {
     (1..=64).contains(&alias.len())
-        && alias.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        && alias
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 /// Wildcard match over canonical strings: `*` matches any run of characters, `?` exactly one,
@@ -232,7 +258,9 @@ pub fn check_ledger<'a>(
 ) -> Result<(), LedgerConflict> {
     let mut by_lower: BTreeMap<String, &str> = BTreeMap::new();
     for (canonical, _) in entries.clone() {
-        let first = *by_lower.entry(canonical.to_lowercase()).or_insert(canonical);
+        let first = *by_lower
+            .entry(canonical.to_lowercase())
+            .or_insert(canonical);
         if first != canonical {
             return Err(LedgerConflict::CaseCollision {
                 first: first.to_owned(),
@@ -260,15 +288,28 @@ mod tests {
     use super::*;
 
     fn id(s: &str, o: &str, n: &str) -> ToolIdentity {
-        ToolIdentity { source: s.into(), origin: o.into(), name: n.into() }
+        ToolIdentity {
+            source: s.into(),
+            origin: o.into(),
+            name: n.into(),
+        }
     }
 
     #[test]
     fn encode_escapes_exactly_six() {
         let t = id("mcp", "a:b/c", "x%y*z?w\\v é-_.");
-        assert_eq!(t.encode().as_deref(), Ok("mcp:a%3Ab%2Fc:x%25y%2Az%3Fw%5Cv é-_."));
-        assert_eq!(ToolIdentity::decode("mcp:a%3Ab%2Fc:x%25y%2Az%3Fw%5Cv é-_."), Ok(t));
-        assert_eq!(id("", "o", "n").encode(), Err(IdentityError::EmptyComponent("source")));
+        assert_eq!(
+            t.encode().as_deref(),
+            Ok("mcp:a%3Ab%2Fc:x%25y%2Az%3Fw%5Cv é-_.")
+        );
+        assert_eq!(
+            ToolIdentity::decode("mcp:a%3Ab%2Fc:x%25y%2Az%3Fw%5Cv é-_."),
+            Ok(t)
+        );
+        assert_eq!(
+            id("", "o", "n").encode(),
+            Err(IdentityError::EmptyComponent("source"))
+        );
     }
 
     #[test]
@@ -284,7 +325,9 @@ mod tests {
     #[test]
     fn aliases() {
         assert_eq!(
-            ToolIdentity::package("acme.github", "search_issues").alias().as_deref(),
+            ToolIdentity::package("acme.github", "search_issues")
+                .alias()
+                .as_deref(),
             Ok("acme_github__search_issues")
         );
         let long = ToolIdentity::package(&"p".repeat(40), &"n".repeat(40));
@@ -303,8 +346,14 @@ mod tests {
 
     #[test]
     fn wildcards() {
-        assert!(matches("package:acme.github:*", "package:acme.github:search"));
-        assert!(!matches("package:acme.github:*", "package:acme.gitlab:search"));
+        assert!(matches(
+            "package:acme.github:*",
+            "package:acme.github:search"
+        ));
+        assert!(!matches(
+            "package:acme.github:*",
+            "package:acme.gitlab:search"
+        ));
         assert!(matches("*", ""));
         assert!(matches("a?c", "abc"));
         assert!(!matches("a?c", "ac"));

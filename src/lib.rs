@@ -7,6 +7,8 @@
 //! The contract is SPEC.md; the pure core is `canonical`, `identity`, `revision` and `planner`.
 
 pub mod canonical;
+pub mod cli;
+pub mod commands;
 pub mod coordinator;
 pub mod identity;
 pub mod model;
@@ -16,3 +18,4 @@ pub mod report;
 pub mod revision;
 pub mod sources;
 pub mod store;
+pub mod verify;

@@ -1,1 +1,59 @@
-fn main() {}
+//! The `package-executor` binary: parse, set up logging, run, map errors to exit codes.
+
+use std::io::IsTerminal;
+
+use clap::Parser;
+use package_executor::cli::{Cli, LogFormat};
+use package_executor::commands;
+use package_executor::report::exit;
+
+fn init_logging(format: LogFormat) {
+    let json = match format {
+        LogFormat::Json => true,
+        LogFormat::Text => false,
+        LogFormat::Auto => !std::io::stderr().is_terminal(),
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("PACKAGE_EXECUTOR_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .init();
+    } else {
+        builder.with_target(false).init();
+    }
+}
+
+fn main() {
+    // A panic anywhere ends the process with exit code 1, after saying where.
+    std::panic::set_hook(Box::new(|info| {
+        eprintln!("package-executor panicked: {info}; this is a bug, please report it");
+        std::process::exit(exit::ERROR);
+    }));
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            std::process::exit(exit::ERROR);
+        }
+    };
+    let code = match runtime.block_on(commands::execute(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            commands::exit_code_for(&e)
+        }
+    };
+    runtime.shutdown_timeout(std::time::Duration::from_secs(5));
+    std::process::exit(code);
+}

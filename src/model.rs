@@ -98,13 +98,15 @@ impl Digest {
 /// `^[A-Za-z0-9._-]{1,128}$`
 pub fn is_project_id(s: &str) -> bool {
     (1..=128).contains(&s.len())
-        && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
 /// `^[A-Za-z0-9._:-]{1,128}$`
 pub fn is_installation_id(s: &str) -> bool {
     (1..=128).contains(&s.len())
-        && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
 }
 
 /// `^(@[a-z0-9][a-z0-9._-]*/)?[a-z0-9][a-z0-9._-]*$`, at most 214 characters.
@@ -132,7 +134,9 @@ pub fn is_package_name(s: &str) -> bool {
 pub fn is_digest(s: &str) -> bool {
     s.len() == 71
         && s.starts_with("sha256:")
-        && s.bytes().skip(7).all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+        && s.bytes()
+            .skip(7)
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 /// A generation number: 1 … 2^53 − 1.
@@ -169,10 +173,26 @@ mod tests {
 
     #[test]
     fn package_names() {
-        for ok in ["a", "acme.github", "@scope/name", "0-x_y.z", &"a".repeat(214)] {
+        for ok in [
+            "a",
+            "acme.github",
+            "@scope/name",
+            "0-x_y.z",
+            &"a".repeat(214),
+        ] {
             assert!(is_package_name(ok), "{ok}");
         }
-        for bad in ["", "A", ".a", "@scope", "@/a", "@s/", "a/b", "@S/a", &"a".repeat(215)] {
+        for bad in [
+            "",
+            "A",
+            ".a",
+            "@scope",
+            "@/a",
+            "@s/",
+            "a/b",
+            "@S/a",
+            &"a".repeat(215),
+        ] {
             assert!(!is_package_name(bad), "{bad}");
         }
     }
@@ -193,6 +213,9 @@ mod tests {
         assert!(!is_digest(&d.as_str().to_uppercase()));
         assert!(Generation::new(0).is_err());
         assert!(Generation::new(1 << 53).is_err());
-        assert_eq!(Generation::new((1 << 53) - 1).map(Generation::get), Ok(MAX_SAFE_INTEGER));
+        assert_eq!(
+            Generation::new((1 << 53) - 1).map(Generation::get),
+            Ok(MAX_SAFE_INTEGER)
+        );
     }
 }

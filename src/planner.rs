@@ -301,8 +301,11 @@ impl SnapshotBuilder {
         let contribution = revision::extract(bytes, &h.package_name, approved)?;
         for def in contribution.definitions {
             self.body_bytes += def.canonical_len;
-            let mut entry =
-                Entry { def, package_name: h.package_name.clone(), generation: h.generation };
+            let mut entry = Entry {
+                def,
+                package_name: h.package_name.clone(),
+                generation: h.generation,
+            };
             if self.body_bytes > MAX_SNAPSHOT_BYTES && !self.bodies_dropped {
                 self.bodies_dropped = true;
                 for e in &mut self.entries {
@@ -362,7 +365,11 @@ impl SnapshotBuilder {
                     ),
                 ));
             }
-            Err(LedgerConflict::AliasCollision { alias, first, second }) => {
+            Err(LedgerConflict::AliasCollision {
+                alias,
+                first,
+                second,
+            }) => {
                 return Err(Rejection::new(
                     Code::AliasCollision,
                     format!(
@@ -385,7 +392,8 @@ impl SnapshotBuilder {
             return Err(too_large(format!("more than {MAX_SNAPSHOT_BYTES}")));
         }
 
-        let mut definitions = Vec::with_capacity(self.body_bytes as usize + 512 * self.entries.len());
+        let mut definitions =
+            Vec::with_capacity(self.body_bytes as usize + 512 * self.entries.len());
         definitions.put(b"[");
         for (i, e) in self.entries.iter_mut().enumerate() {
             if i > 0 {

@@ -107,6 +107,9 @@ pub struct Rejection {
 impl Rejection {
     /// Builds a rejection.
     pub fn new(code: RejectionCode, detail: impl Into<String>) -> Self {
-        Self { code, detail: detail.into() }
+        Self {
+            code,
+            detail: detail.into(),
+        }
     }
 }

@@ -140,7 +140,9 @@ impl Outcome {
     /// Exit code of `publish` for this outcome.
     pub fn publish_exit_code(&self) -> i32 {
         match self {
-            Self::Published { .. } | Self::Replayed { .. } | Self::AlreadyCurrent { .. } => exit::OK,
+            Self::Published { .. } | Self::Replayed { .. } | Self::AlreadyCurrent { .. } => {
+                exit::OK
+            }
             Self::Rejected { .. } => exit::REJECTED,
             Self::Unresolved { .. } => exit::UNRESOLVED,
             Self::Integrity { .. } => exit::INTEGRITY,
@@ -262,14 +264,21 @@ impl RunSummary {
             Outcome::Replayed { .. } => self.replayed += 1,
             Outcome::AlreadyCurrent { .. } => self.already_current += 1,
             Outcome::Rejected { code, .. } => *self.rejected.entry(code.clone()).or_default() += 1,
-            Outcome::Unresolved { reason: Unresolved::ClaimedElsewhere, .. } => {
-                self.claimed_elsewhere += 1
-            }
+            Outcome::Unresolved {
+                reason: Unresolved::ClaimedElsewhere,
+                ..
+            } => self.claimed_elsewhere += 1,
             Outcome::Unresolved { reason, .. } => {
-                *self.unresolved.entry(reason.as_str().to_owned()).or_default() += 1
+                *self
+                    .unresolved
+                    .entry(reason.as_str().to_owned())
+                    .or_default() += 1
             }
             Outcome::Integrity { .. } => {
-                *self.integrity.entry("replay-mismatch".to_owned()).or_default() += 1
+                *self
+                    .integrity
+                    .entry("replay-mismatch".to_owned())
+                    .or_default() += 1
             }
         }
     }

@@ -52,7 +52,12 @@ pub const FORBIDDEN_MEMBERS: [&str; 24] = [
     "url",
 ];
 
-const ANNOTATIONS: [&str; 4] = ["destructiveHint", "idempotentHint", "openWorldHint", "readOnlyHint"];
+const ANNOTATIONS: [&str; 4] = [
+    "destructiveHint",
+    "idempotentHint",
+    "openWorldHint",
+    "readOnlyHint",
+];
 
 /// One validated tool definition, with what the snapshot needs of it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -122,7 +127,9 @@ impl<'de> Visitor<'de> for KeptVisitor {
                 }
             };
             if slot.is_some() {
-                return Err(de::Error::custom(format_args!("duplicate member name {key:?}")));
+                return Err(de::Error::custom(format_args!(
+                    "duplicate member name {key:?}"
+                )));
             }
             *slot = Some(map.next_value_seed(StrictValue)?);
         }
@@ -162,14 +169,25 @@ pub fn extract(
         None => return Err(malformed(package_name, "the schema member is missing")),
     }
     let Some(Value::Object(package)) = &kept.package else {
-        return Err(malformed(package_name, "package is missing or not an object"));
+        return Err(malformed(
+            package_name,
+            "package is missing or not an object",
+        ));
     };
     let Some(Value::String(declared_name)) = package.get("name") else {
-        return Err(malformed(package_name, "package.name is missing or not a string"));
+        return Err(malformed(
+            package_name,
+            "package.name is missing or not a string",
+        ));
     };
     let package_version = match package.get("version") {
         Some(Value::String(v)) if semver::Version::parse(v).is_ok() => v.clone(),
-        _ => return Err(malformed(package_name, "package.version is missing or not SemVer 2.0.0")),
+        _ => {
+            return Err(malformed(
+                package_name,
+                "package.version is missing or not SemVer 2.0.0",
+            ));
+        }
     };
     let tools = match kept.tools {
         None => Vec::new(),
@@ -177,7 +195,10 @@ pub fn extract(
         Some(_) => return Err(malformed(package_name, "tools is not an array")),
     };
     if let Some(i) = tools.iter().position(|t| !t.is_object()) {
-        return Err(malformed(package_name, format_args!("tools[{i}] is not an object")));
+        return Err(malformed(
+            package_name,
+            format_args!("tools[{i}] is not an object"),
+        ));
     }
     if declared_name != package_name {
         return Err(Rejection::new(
@@ -200,7 +221,10 @@ pub fn extract(
             )?);
         }
     }
-    Ok(Contribution { package_version, definitions })
+    Ok(Contribution {
+        package_version,
+        definitions,
+    })
 }
 
 struct Where<'a> {
@@ -241,9 +265,19 @@ fn validate_definition(
     index: usize,
     approved: &[String],
 ) -> Result<ValidatedDefinition, Rejection> {
-    let at = Where { package, index, name: members.get("name").and_then(Value::as_str).map(str::to_owned) };
+    let at = Where {
+        package,
+        index,
+        name: members
+            .get("name")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+    };
     // 1. forbidden-field: the map iterates in byte order, so the first hit is the smallest.
-    if let Some(member) = members.keys().find(|k| FORBIDDEN_MEMBERS.contains(&k.as_str())) {
+    if let Some(member) = members
+        .keys()
+        .find(|k| FORBIDDEN_MEMBERS.contains(&k.as_str()))
+    {
         return Err(Rejection::new(
             Code::ForbiddenField,
             format!(
@@ -280,9 +314,10 @@ fn validate_definition(
                 .all(|(k, v)| ANNOTATIONS.contains(&k.as_str()) && v.is_boolean()),
             ("permissions", Value::Array(items)) => {
                 let mut seen = BTreeSet::new();
-                items
-                    .iter()
-                    .all(|p| p.as_str().is_some_and(|p| is_permission(p) && seen.insert(p)))
+                items.iter().all(|p| {
+                    p.as_str()
+                        .is_some_and(|p| is_permission(p) && seen.insert(p))
+                })
             }
             (
                 "name" | "version" | "namespace" | "title" | "description" | "inputSchema"
@@ -299,7 +334,9 @@ fn validate_definition(
                 "title" => "must be a string of at most 128 characters",
                 "description" => "must be a string of at most 4096 characters",
                 "inputSchema" | "outputSchema" => "must be a JSON object",
-                "annotations" => "may hold only readOnlyHint, destructiveHint, idempotentHint and openWorldHint, each a boolean",
+                "annotations" => {
+                    "may hold only readOnlyHint, destructiveHint, idempotentHint and openWorldHint, each a boolean"
+                }
                 _ => "must be an array of distinct strings matching ^[a-z][a-z0-9._:-]{0,63}$",
             };
             return Err(invalid(key, rule));
@@ -307,7 +344,10 @@ fn validate_definition(
     }
     let value = Value::Object(members);
     if canonical::depth(&value) > MAX_DEFINITION_DEPTH {
-        return Err(invalid("inputSchema", "nests the definition deeper than 64 levels"));
+        return Err(invalid(
+            "inputSchema",
+            "nests the definition deeper than 64 levels",
+        ));
     }
     if let Some(n) = canonical::first_unsafe_number(&value) {
         return Err(Rejection::new(
@@ -332,8 +372,10 @@ fn validate_definition(
     }
     let members = &value;
     // 3. namespace-violation.
-    if let Some(Value::String(ns)) = members.get("namespace") {
-        if ns != package {
+    if let Some(Value::String(ns)) = members.get("namespace")
+        && ns != package
+    {
+        {
             return Err(Rejection::new(
                 Code::NamespaceViolation,
                 format!(
@@ -357,8 +399,14 @@ fn validate_definition(
             }
         }
     }
-    let name = members.get("name").and_then(Value::as_str).unwrap_or_default();
-    let version = members.get("version").and_then(Value::as_str).unwrap_or_default();
+    let name = members
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let version = members
+        .get("version")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
     let identity = ToolIdentity::package(package, name);
     let canonical_identity = identity
         .encode()
@@ -374,4 +422,3 @@ fn validate_definition(
         body: Some(body),
     })
 }
-

@@ -86,8 +86,11 @@ fn input(msg: impl Into<String>) -> StoreError {
 pub fn parse_fixture(bytes: &[u8]) -> Result<Fixture, StoreError> {
     canonical::parse_strict(bytes, 256)
         .map_err(|e| input(format!("the fixture is not valid JSON: {e}")))?;
-    let fixture: Fixture = serde_json::from_slice(bytes)
-        .map_err(|e| input(format!("the fixture does not have the {FIXTURE_SCHEMA} shape: {e}")))?;
+    let fixture: Fixture = serde_json::from_slice(bytes).map_err(|e| {
+        input(format!(
+            "the fixture does not have the {FIXTURE_SCHEMA} shape: {e}"
+        ))
+    })?;
     if fixture.schema != FIXTURE_SCHEMA {
         return Err(input(format!(
             "the fixture's schema is {:?}; expected {FIXTURE_SCHEMA:?}",
@@ -153,7 +156,10 @@ macro_rules! on_conn {
 }
 
 async fn import_into(a: &mut Attempt, fixture: &Fixture) -> Result<ImportReport, StoreError> {
-    let mut report = ImportReport { projects: fixture.projects.len(), inserted: 0 };
+    let mut report = ImportReport {
+        projects: fixture.projects.len(),
+        inserted: 0,
+    };
     on_conn!(a, c, d => {
         for p in &fixture.projects {
             let done = sqlx::query(q(d, "INSERT INTO ql3.projects (project_id) VALUES ($1) ON CONFLICT DO NOTHING"))
@@ -300,20 +306,30 @@ async fn import_into(a: &mut Attempt, fixture: &Fixture) -> Result<ImportReport,
 
 fn row_error(at: &str, e: sqlx::Error) -> StoreError {
     match StoreError::from(e) {
-        StoreError::Other(m) => input(format!("{at}: the database refused the row: {m}; fix the fixture")),
+        StoreError::Other(m) => input(format!(
+            "{at}: the database refused the row: {m}; fix the fixture"
+        )),
         other => other,
     }
 }
 
 /// Activates a generation (from `staged`, `activating` or `superseded`): the previous active
 /// generation becomes `superseded`, this one `active`, and the head points at it, atomically.
-pub async fn activate(store: &Store, installation_id: &str, generation: i64) -> Result<(), StoreError> {
+pub async fn activate(
+    store: &Store,
+    installation_id: &str,
+    generation: i64,
+) -> Result<(), StoreError> {
     let mut a = store.begin().await?;
     let result = activate_in(&mut a, installation_id, generation).await;
     finish(a, result).await
 }
 
-async fn activate_in(a: &mut Attempt, installation_id: &str, generation: i64) -> Result<(), StoreError> {
+async fn activate_in(
+    a: &mut Attempt,
+    installation_id: &str,
+    generation: i64,
+) -> Result<(), StoreError> {
     on_conn!(a, c, d => {
         // Lock the head first, so concurrent activations of one installation serialise.
         let head = sqlx::query(q(d, "UPDATE ql3.package_installations SET active_generation = active_generation WHERE installation_id = $1 RETURNING active_generation"))
@@ -370,7 +386,11 @@ pub async fn remove(store: &Store, project_id: &str, package_name: &str) -> Resu
     finish(a, result).await
 }
 
-async fn remove_in(a: &mut Attempt, project_id: &str, package_name: &str) -> Result<(), StoreError> {
+async fn remove_in(
+    a: &mut Attempt,
+    project_id: &str,
+    package_name: &str,
+) -> Result<(), StoreError> {
     on_conn!(a, c, d => {
         let head = sqlx::query(q(d, "UPDATE ql3.package_installations SET active_generation = active_generation WHERE project_id = $1 AND package_name = $2 RETURNING installation_id, active_generation AS previous"))
             .bind(project_id)

@@ -11,8 +11,12 @@ fn vectors_dir() -> PathBuf {
 #[test]
 fn every_input_canonicalizes_to_its_output() {
     let dir = vectors_dir();
-    let inputs = std::fs::read_dir(dir.join("input"))
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}; the shared/ folder must sit beside the checkout", dir.display()));
+    let inputs = std::fs::read_dir(dir.join("input")).unwrap_or_else(|e| {
+        panic!(
+            "cannot read {}: {e}; the shared/ folder must sit beside the checkout",
+            dir.display()
+        )
+    });
     let mut checked = 0;
     for entry in inputs {
         let path = entry.expect("dir entry").path();
@@ -31,7 +35,8 @@ fn every_input_canonicalizes_to_its_output() {
         assert_eq!(got, expected);
         // The hex form agrees too.
         let hex = std::fs::read_to_string(
-            dir.join("outhex").join(name.to_string_lossy().replace(".json", ".txt")),
+            dir.join("outhex")
+                .join(name.to_string_lossy().replace(".json", ".txt")),
         )
         .expect("read outhex");
         let from_hex: Vec<u8> = hex

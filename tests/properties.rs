@@ -53,7 +53,10 @@ fn scrambled(v: &Value) -> String {
             format!("{{ {} }}", members.join(" , "))
         }
         Value::Array(items) => {
-            format!("[ {} ]", items.iter().map(scrambled).collect::<Vec<_>>().join(", "))
+            format!(
+                "[ {} ]",
+                items.iter().map(scrambled).collect::<Vec<_>>().join(", ")
+            )
         }
         other => serde_json::to_string(other).unwrap(),
     }

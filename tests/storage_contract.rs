@@ -17,7 +17,9 @@ use package_executor::sources;
 use package_executor::store::{Dialect, InsertOutcome, Store};
 
 async fn within<F: Future<Output = ()>>(f: F) {
-    tokio::time::timeout(Duration::from_secs(180), f).await.expect("test timed out");
+    tokio::time::timeout(Duration::from_secs(180), f)
+        .await
+        .expect("test timed out");
 }
 
 macro_rules! contract {
@@ -51,29 +53,64 @@ contract!(
 async fn import_publish_replay(store: Store) {
     let first = import(&store, DEMO).await;
     assert!(first.inserted > 0);
-    assert_eq!(import(&store, DEMO).await.inserted, 0, "a second import changes nothing");
+    assert_eq!(
+        import(&store, DEMO).await.inserted,
+        0,
+        "a second import changes nothing"
+    );
 
     let o = publish(&store, "demo-1").await;
     assert!(matches!(o, Outcome::Published { .. }), "{o:?}");
     let digest = digest_of(&o);
     assert_eq!(current_digest(&store, "demo-1").await, Some(digest.clone()));
     let again = publish(&store, "demo-1").await;
-    assert_eq!(again, Outcome::AlreadyCurrent { snapshot_digest: digest.clone() });
+    assert_eq!(
+        again,
+        Outcome::AlreadyCurrent {
+            snapshot_digest: digest.clone()
+        }
+    );
 
     // Exact replay: the same snapshot appended again is `replayed`, not a second row.
     let mut a = store.begin().await.unwrap();
-    let heads: Vec<_> = a.observe("demo-1").await.unwrap().into_iter().map(|h| h.head).collect();
+    let heads: Vec<_> = a
+        .observe("demo-1")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|h| h.head)
+        .collect();
     let mut revisions = std::collections::BTreeMap::new();
     for h in &heads {
-        let bytes = a.revision_content(&h.revision_digest).await.unwrap().unwrap();
+        let bytes = a
+            .revision_content(&h.revision_digest)
+            .await
+            .unwrap()
+            .unwrap();
         revisions.insert(h.revision_digest.clone(), bytes);
     }
-    let snapshot = planner::plan("demo-1", heads, |d| revisions.get(d).map(|b| (b.len() as i64, b.as_slice()))).unwrap();
+    let snapshot = planner::plan("demo-1", heads, |d| {
+        revisions.get(d).map(|b| (b.len() as i64, b.as_slice()))
+    })
+    .unwrap();
     assert_eq!(snapshot.snapshot_digest.as_str(), digest);
-    assert_eq!(a.insert_snapshot(&snapshot).await.unwrap(), InsertOutcome::Replayed);
+    assert_eq!(
+        a.insert_snapshot(&snapshot).await.unwrap(),
+        InsertOutcome::Replayed
+    );
     a.rollback().await.unwrap();
-    assert_eq!(scalar(&store, "SELECT COUNT(*) FROM ql3.tool_definition_snapshots").await, 1);
-    assert_eq!(scalar(&store, "SELECT COUNT(*) FROM ql3.tool_definition_snapshot_sources").await, 2);
+    assert_eq!(
+        scalar(&store, "SELECT COUNT(*) FROM ql3.tool_definition_snapshots").await,
+        1
+    );
+    assert_eq!(
+        scalar(
+            &store,
+            "SELECT COUNT(*) FROM ql3.tool_definition_snapshot_sources"
+        )
+        .await,
+        2
+    );
 
     // The stored document is the planner's, byte for byte, and the committed time has millis.
     let current = store.find_current("demo-1").await.unwrap().unwrap();
@@ -85,17 +122,40 @@ async fn import_publish_replay(store: Store) {
     assert_eq!(rejected.reason(), Some("forbidden-field"));
     assert!(rejected.detail().unwrap().contains("handler"));
     assert_eq!(current_digest(&store, "demo-rejected").await, None);
-    assert_eq!(scalar(&store, "SELECT COUNT(*) FROM ql3.tool_definition_snapshot_rejections").await, 1);
+    assert_eq!(
+        scalar(
+            &store,
+            "SELECT COUNT(*) FROM ql3.tool_definition_snapshot_rejections"
+        )
+        .await,
+        1
+    );
     // Recorded once per vector; a second publish reads the record, not the revisions.
-    assert_eq!(publish(&store, "demo-rejected").await.reason(), Some("forbidden-field"));
-    assert_eq!(scalar(&store, "SELECT COUNT(*) FROM ql3.tool_definition_snapshot_rejections").await, 1);
+    assert_eq!(
+        publish(&store, "demo-rejected").await.reason(),
+        Some("forbidden-field")
+    );
+    assert_eq!(
+        scalar(
+            &store,
+            "SELECT COUNT(*) FROM ql3.tool_definition_snapshot_rejections"
+        )
+        .await,
+        1
+    );
 }
 
 async fn replay_mismatch_is_reported_not_overwritten(store: Store) {
     import(&store, DEMO).await;
     // The digest the real build would give, found on a throwaway copy of the build.
     let mut a = store.begin().await.unwrap();
-    let heads: Vec<_> = a.observe("demo-2").await.unwrap().into_iter().map(|h| h.head).collect();
+    let heads: Vec<_> = a
+        .observe("demo-2")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|h| h.head)
+        .collect();
     a.rollback().await.unwrap();
     let vector = planner::active_vector_digest("demo-2", &heads);
     let forged = "sha256:".to_owned() + &"ab".repeat(32);
@@ -111,8 +171,15 @@ async fn replay_mismatch_is_reported_not_overwritten(store: Store) {
     let o = publish(&store, "demo-2").await;
     assert_eq!(o.name(), "integrity-violation", "{o:?}");
     assert_eq!(o.reason(), Some("replay-mismatch"));
-    assert_eq!(scalar(&store, "SELECT COUNT(*) FROM ql3.tool_definition_snapshots").await, 1);
-    assert_eq!(current_digest(&store, "demo-2").await, None, "a snapshot without sources is never current");
+    assert_eq!(
+        scalar(&store, "SELECT COUNT(*) FROM ql3.tool_definition_snapshots").await,
+        1
+    );
+    assert_eq!(
+        current_digest(&store, "demo-2").await,
+        None,
+        "a snapshot without sources is never current"
+    );
 }
 
 async fn activation_lifecycle(store: Store) {
@@ -123,10 +190,18 @@ async fn activation_lifecycle(store: Store) {
         exec(&store, &format!(
             "UPDATE ql3.package_generations SET status = '{status}' WHERE installation_id = 'demo-1-github' AND generation = 3"
         )).await.unwrap();
-        assert_eq!(current_digest(&store, "demo-1").await, Some(s1.clone()), "during {status}");
+        assert_eq!(
+            current_digest(&store, "demo-1").await,
+            Some(s1.clone()),
+            "during {status}"
+        );
     }
     sources::activate(&store, "demo-1-github", 3).await.unwrap();
-    assert_eq!(current_digest(&store, "demo-1").await, None, "the old snapshot is not current once activation commits");
+    assert_eq!(
+        current_digest(&store, "demo-1").await,
+        None,
+        "the old snapshot is not current once activation commits"
+    );
     let s2 = digest_of(&publish(&store, "demo-1").await);
     assert_ne!(s1, s2);
     assert_eq!(current_digest(&store, "demo-1").await, Some(s2.clone()));
@@ -136,59 +211,102 @@ async fn activation_lifecycle(store: Store) {
     // Activation from a status that is not staged/activating/superseded is refused.
     exec(&store, "UPDATE ql3.package_generations SET status = 'failed' WHERE installation_id = 'demo-1-github' AND generation = 3").await.unwrap();
     assert!(sources::activate(&store, "demo-1-github", 3).await.is_err());
-    assert!(sources::activate(&store, "no-such-installation", 1).await.is_err());
+    assert!(
+        sources::activate(&store, "no-such-installation", 1)
+            .await
+            .is_err()
+    );
 }
 
 async fn removal_and_empty_project(store: Store) {
     import(&store, DEMO).await;
     let s1 = digest_of(&publish(&store, "demo-1").await);
-    sources::remove(&store, "demo-1", "acme.docs").await.unwrap();
+    sources::remove(&store, "demo-1", "acme.docs")
+        .await
+        .unwrap();
     assert_eq!(current_digest(&store, "demo-1").await, None);
     let s2 = digest_of(&publish(&store, "demo-1").await);
     assert_ne!(s1, s2);
-    let doc = store.find_current("demo-1").await.unwrap().unwrap().canonical_json;
+    let doc = store
+        .find_current("demo-1")
+        .await
+        .unwrap()
+        .unwrap()
+        .canonical_json;
     let doc: serde_json::Value = serde_json::from_slice(&doc).unwrap();
     assert_eq!(doc["activeVector"].as_array().unwrap().len(), 1);
-    assert!(sources::remove(&store, "demo-1", "acme.docs").await.is_ok(), "removing twice is harmless");
+    assert!(
+        sources::remove(&store, "demo-1", "acme.docs").await.is_ok(),
+        "removing twice is harmless"
+    );
     assert!(sources::remove(&store, "demo-1", "nope").await.is_err());
 
     let empty = publish(&store, "demo-empty").await;
     assert!(matches!(empty, Outcome::Published { .. }));
-    let doc = store.find_current("demo-empty").await.unwrap().unwrap().canonical_json;
+    let doc = store
+        .find_current("demo-empty")
+        .await
+        .unwrap()
+        .unwrap()
+        .canonical_json;
     let doc: serde_json::Value = serde_json::from_slice(&doc).unwrap();
     assert_eq!(doc["activeVector"], serde_json::json!([]));
     assert_eq!(doc["definitions"], serde_json::json!([]));
     // Removing every package leaves a legal empty snapshot too.
-    sources::remove(&store, "demo-1", "acme.github").await.unwrap();
+    sources::remove(&store, "demo-1", "acme.github")
+        .await
+        .unwrap();
     let s3 = publish(&store, "demo-1").await;
     assert!(matches!(s3, Outcome::Published { .. }));
-    assert!(store.find_current("missing-project").await.unwrap().is_none());
+    assert!(
+        store
+            .find_current("missing-project")
+            .await
+            .unwrap()
+            .is_none()
+    );
 }
 
 async fn current_proof_refuses_partial_matches(store: Store) {
     import(&store, DEMO).await;
     let mut a = store.begin().await.unwrap();
-    let live: Vec<_> = a.observe("demo-1").await.unwrap().into_iter().map(|h| h.head).collect();
+    let live: Vec<_> = a
+        .observe("demo-1")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|h| h.head)
+        .collect();
     a.rollback().await.unwrap();
     assert_eq!(live.len(), 2);
     // Fake snapshots whose sources are a strict subset / superset of the live heads.
     let mut extra = live[0].clone();
     extra.package_name = "zzz.extra".into();
     extra.installation_id = "zzz-extra".into();
-    let cases = [("subset", vec![live[0].clone()]), ("superset", vec![live[0].clone(), live[1].clone(), extra])];
+    let cases = [
+        ("subset", vec![live[0].clone()]),
+        ("superset", vec![live[0].clone(), live[1].clone(), extra]),
+    ];
     for (i, (label, sources)) in cases.into_iter().enumerate() {
         let n = i + 1;
         let fake = planner::Snapshot {
             project_id: "demo-1".into(),
-            active_vector_digest: package_executor::model::Digest::of(format!("vector {n}").as_bytes()),
+            active_vector_digest: package_executor::model::Digest::of(
+                format!("vector {n}").as_bytes(),
+            ),
             definition_digest: package_executor::model::Digest::of(b"d"),
-            snapshot_digest: package_executor::model::Digest::of(format!("snapshot {n}").as_bytes()),
+            snapshot_digest: package_executor::model::Digest::of(
+                format!("snapshot {n}").as_bytes(),
+            ),
             canonical_json: b"{}".to_vec(),
             sources,
             definition_count: 0,
         };
         let mut a = store.begin().await.unwrap();
-        assert_eq!(a.insert_snapshot(&fake).await.unwrap(), InsertOutcome::Published);
+        assert_eq!(
+            a.insert_snapshot(&fake).await.unwrap(),
+            InsertOutcome::Published
+        );
         a.commit().await.unwrap();
         // Force package_count to the live count is impossible (append-only), so the subset row
         // has count 1 and the superset 3: both must be absent.
@@ -213,30 +331,68 @@ async fn append_only_tables(store: Store) {
         "tool_definition_snapshot_rejections",
     ];
     for t in tables {
-        let col = if t == "tool_definition_snapshot_rejections" { "detail" } else { "project_id" };
-        let col = if t == "tool_definition_snapshot_sources" { "lock_digest" } else { col };
-        let update = exec(&store, &format!("UPDATE ql3.{t} SET {col} = {col}")).await.unwrap_err();
-        assert!(update.contains("append-only") && update.contains("UPDATE"), "{t}: {update}");
-        let delete = exec(&store, &format!("DELETE FROM ql3.{t}")).await.unwrap_err();
-        assert!(delete.contains("append-only") && delete.contains("DELETE"), "{t}: {delete}");
+        let col = if t == "tool_definition_snapshot_rejections" {
+            "detail"
+        } else {
+            "project_id"
+        };
+        let col = if t == "tool_definition_snapshot_sources" {
+            "lock_digest"
+        } else {
+            col
+        };
+        let update = exec(&store, &format!("UPDATE ql3.{t} SET {col} = {col}"))
+            .await
+            .unwrap_err();
+        assert!(
+            update.contains("append-only") && update.contains("UPDATE"),
+            "{t}: {update}"
+        );
+        let delete = exec(&store, &format!("DELETE FROM ql3.{t}"))
+            .await
+            .unwrap_err();
+        assert!(
+            delete.contains("append-only") && delete.contains("DELETE"),
+            "{t}: {delete}"
+        );
     }
     match store.dialect() {
         Dialect::Postgres => {
             for t in tables {
-                let e = exec(&store, &format!("TRUNCATE ql3.{t} CASCADE")).await.unwrap_err();
-                assert!(e.contains("TRUNCATE") && e.contains("append-only"), "{t}: {e}");
+                let e = exec(&store, &format!("TRUNCATE ql3.{t} CASCADE"))
+                    .await
+                    .unwrap_err();
+                assert!(
+                    e.contains("TRUNCATE") && e.contains("append-only"),
+                    "{t}: {e}"
+                );
             }
             // Replica mode does not switch the triggers off (ENABLE ALWAYS), even for the owner.
             let pool = store.pg_pool().unwrap();
             let mut tx = pool.begin().await.unwrap();
-            sqlx::query("SET LOCAL session_replication_role = replica").execute(&mut *tx).await.unwrap();
-            sqlx::query("SET LOCAL ROLE ql3_owner").execute(&mut *tx).await.unwrap();
-            let e = sqlx::query("DELETE FROM ql3.tool_definition_snapshots").execute(&mut *tx).await.unwrap_err();
+            sqlx::query("SET LOCAL session_replication_role = replica")
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+            sqlx::query("SET LOCAL ROLE ql3_owner")
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+            let e = sqlx::query("DELETE FROM ql3.tool_definition_snapshots")
+                .execute(&mut *tx)
+                .await
+                .unwrap_err();
             assert!(e.to_string().contains("append-only"), "{e}");
             tx.rollback().await.unwrap();
             let mut tx = pool.begin().await.unwrap();
-            sqlx::query("SET LOCAL session_replication_role = replica").execute(&mut *tx).await.unwrap();
-            let e = sqlx::query("TRUNCATE ql3.tool_definition_snapshot_rejections").execute(&mut *tx).await.unwrap_err();
+            sqlx::query("SET LOCAL session_replication_role = replica")
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+            let e = sqlx::query("TRUNCATE ql3.tool_definition_snapshot_rejections")
+                .execute(&mut *tx)
+                .await
+                .unwrap_err();
             assert!(e.to_string().contains("append-only"), "{e}");
             tx.rollback().await.unwrap();
         }
@@ -251,21 +407,42 @@ async fn append_only_tables(store: Store) {
             assert!(n.is_ok(), "{n:?}");
             exec(&store, "REPLACE INTO tool_definition_snapshot_rejections (project_id, active_vector_digest, reason, detail) \
                 SELECT project_id, active_vector_digest, 'source-invalid', 'x' FROM tool_definition_snapshot_rejections").await.unwrap();
-            assert_eq!(scalar(&store, "SELECT COUNT(*) FROM tool_definition_snapshots").await, before);
-            assert_eq!(current_digest(&store, "demo-1").await, digest_before, "INSERT OR REPLACE left the row unchanged");
+            assert_eq!(
+                scalar(&store, "SELECT COUNT(*) FROM tool_definition_snapshots").await,
+                before
+            );
+            assert_eq!(
+                current_digest(&store, "demo-1").await,
+                digest_before,
+                "INSERT OR REPLACE left the row unchanged"
+            );
             assert_eq!(scalar(&store, "SELECT COUNT(*) FROM tool_definition_snapshot_rejections WHERE reason = 'forbidden-field'").await, 1);
         }
     }
-    let e = exec(&store, "UPDATE ql3.materialized_revisions SET byte_length = byte_length").await.unwrap_err();
+    let e = exec(
+        &store,
+        "UPDATE ql3.materialized_revisions SET byte_length = byte_length",
+    )
+    .await
+    .unwrap_err();
     assert!(e.contains("append-only"), "{e}");
 }
 
 async fn generations_are_immutable(store: Store) {
     import(&store, DEMO).await;
     for (col, value) in [
-        ("lock_digest", "'sha256:0000000000000000000000000000000000000000000000000000000000000000'"),
-        ("revision_digest", "'sha256:0000000000000000000000000000000000000000000000000000000000000000'"),
-        ("generation_digest", "'sha256:0000000000000000000000000000000000000000000000000000000000000000'"),
+        (
+            "lock_digest",
+            "'sha256:0000000000000000000000000000000000000000000000000000000000000000'",
+        ),
+        (
+            "revision_digest",
+            "'sha256:0000000000000000000000000000000000000000000000000000000000000000'",
+        ),
+        (
+            "generation_digest",
+            "'sha256:0000000000000000000000000000000000000000000000000000000000000000'",
+        ),
         ("approved_permissions", "'[\"everything\"]'"),
     ] {
         let e = exec(&store, &format!("UPDATE ql3.package_generations SET {col} = {value} WHERE installation_id = 'demo-1-github'"))
@@ -297,13 +474,25 @@ async fn import_conflicts_abort_everything(store: Store) {
     // A new project plus a conflicting immutable column on an existing generation.
     let text = String::from_utf8(DEMO.to_vec()).unwrap();
     let conflicting = text
-        .replacen("\"projectId\": \"demo-empty\"", "\"projectId\": \"brand-new\"", 1)
-        .replacen("\"approvedPermissions\": [\n        \"network\"\n       ]", "\"approvedPermissions\": [\"other\"]", 1);
+        .replacen(
+            "\"projectId\": \"demo-empty\"",
+            "\"projectId\": \"brand-new\"",
+            1,
+        )
+        .replacen(
+            "\"approvedPermissions\": [\n        \"network\"\n       ]",
+            "\"approvedPermissions\": [\"other\"]",
+            1,
+        );
     assert_ne!(conflicting, text);
     let fixture = sources::parse_fixture(conflicting.as_bytes()).unwrap();
     let err = sources::import(&store, &fixture).await.unwrap_err();
     assert!(err.to_string().contains("immutable"), "{err}");
-    assert_eq!(scalar(&store, "SELECT COUNT(*) FROM ql3.projects").await, before, "all or nothing");
+    assert_eq!(
+        scalar(&store, "SELECT COUNT(*) FROM ql3.projects").await,
+        before,
+        "all or nothing"
+    );
     // Missing revision needs a digest; revisionText is stored raw.
     let missing = br#"{"schema":"package-executor/fixture@v1","projects":[{"projectId":"m","packages":[{"packageName":"a","installationId":"m-a","generations":[{"generation":1,"status":"active"}]}]}]}"#;
     let fixture = sources::parse_fixture(missing).unwrap();
@@ -311,6 +500,9 @@ async fn import_conflicts_abort_everything(store: Store) {
     let raw = br#"{"schema":"package-executor/fixture@v1","projects":[{"projectId":"m","packages":[{"packageName":"a","installationId":"m-a","generations":[{"generation":1,"status":"active","revisionText":"not json"}]}]}]}"#;
     let fixture = sources::parse_fixture(raw).unwrap();
     sources::import(&store, &fixture).await.unwrap();
-    assert_eq!(publish(&store, "m").await.reason(), Some("revision-malformed"));
+    assert_eq!(
+        publish(&store, "m").await.reason(),
+        Some("revision-malformed")
+    );
     assert!(sources::parse_fixture(br#"{"schema":"nope","projects":[]}"#).is_err());
 }

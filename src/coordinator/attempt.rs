@@ -43,7 +43,11 @@ fn heads(observed: &[ObservedHead]) -> Vec<ActiveHead> {
 /// drift; the same heads with any other difference is generation drift.
 pub fn drift(first: &[ObservedHead], second: &[ObservedHead]) -> Option<(Unresolved, String)> {
     let key = |h: &ObservedHead| {
-        (h.head.package_name.clone(), h.head.installation_id.clone(), h.head.generation)
+        (
+            h.head.package_name.clone(),
+            h.head.installation_id.clone(),
+            h.head.generation,
+        )
     };
     if first.len() != second.len() || first.iter().zip(second).any(|(a, b)| key(a) != key(b)) {
         return Some((
@@ -64,15 +68,18 @@ pub fn drift(first: &[ObservedHead], second: &[ObservedHead]) -> Option<(Unresol
 }
 
 fn not_active(observed: &[ObservedHead]) -> Option<String> {
-    observed.iter().find(|o| o.status.as_deref() != Some("active")).map(|o| {
-        format!(
-            "package {}: the head points at generation {}, which is {}; waiting for the \
+    observed
+        .iter()
+        .find(|o| o.status.as_deref() != Some("active"))
+        .map(|o| {
+            format!(
+                "package {}: the head points at generation {}, which is {}; waiting for the \
              activation to settle",
-            o.head.package_name,
-            o.head.generation,
-            o.status.as_deref().unwrap_or("missing")
-        )
-    })
+                o.head.package_name,
+                o.head.generation,
+                o.status.as_deref().unwrap_or("missing")
+            )
+        })
 }
 
 /// The attempt's body; the bool says whether to commit.
@@ -92,7 +99,9 @@ async fn attempt_in(
     }
     if let Some(current) = a.find_current(project_id).await? {
         return Ok((
-            Step::Done(Outcome::AlreadyCurrent { snapshot_digest: current.snapshot_digest }),
+            Step::Done(Outcome::AlreadyCurrent {
+                snapshot_digest: current.snapshot_digest,
+            }),
             false,
         ));
     }
@@ -103,7 +112,13 @@ async fn attempt_in(
     let mut builder = SnapshotBuilder::new(project_id, heads(&first));
     let vector_digest = builder.vector_digest().clone();
     if let Some(r) = a.find_rejection(project_id, vector_digest.as_str()).await? {
-        return Ok((Step::Done(Outcome::Rejected { code: r.reason, detail: r.detail }), false));
+        return Ok((
+            Step::Done(Outcome::Rejected {
+                code: r.reason,
+                detail: r.detail,
+            }),
+            false,
+        ));
     }
     let planned = match build(a, budget, &mut builder).await? {
         Ok(()) => builder.finish(),
@@ -115,7 +130,8 @@ async fn attempt_in(
     }
     match planned {
         Err(rejection) => {
-            a.record_rejection(project_id, vector_digest.as_str(), &rejection).await?;
+            a.record_rejection(project_id, vector_digest.as_str(), &rejection)
+                .await?;
             Ok((
                 Step::Done(Outcome::Rejected {
                     code: rejection.code.as_str().to_owned(),
@@ -127,12 +143,18 @@ async fn attempt_in(
         Ok(snapshot) => {
             let digest = snapshot.snapshot_digest.as_str().to_owned();
             match a.insert_snapshot(&snapshot).await? {
-                InsertOutcome::Published => {
-                    Ok((Step::Done(Outcome::Published { snapshot_digest: digest }), true))
-                }
-                InsertOutcome::Replayed => {
-                    Ok((Step::Done(Outcome::Replayed { snapshot_digest: digest }), false))
-                }
+                InsertOutcome::Published => Ok((
+                    Step::Done(Outcome::Published {
+                        snapshot_digest: digest,
+                    }),
+                    true,
+                )),
+                InsertOutcome::Replayed => Ok((
+                    Step::Done(Outcome::Replayed {
+                        snapshot_digest: digest,
+                    }),
+                    false,
+                )),
                 InsertOutcome::Mismatch { existing } => Ok((
                     Step::Done(Outcome::Integrity {
                         detail: format!(
@@ -171,7 +193,9 @@ async fn build(
         let need = stored.map_or(0, |s| s.actual_length.max(0) as u64);
         let reservation = budget.reserve(need).await;
         let Some(bytes) = a.revision_content(&digest).await? else {
-            return Err(StoreError::Transient(format!("revision {digest} vanished while read")));
+            return Err(StoreError::Transient(format!(
+                "revision {digest} vanished while read"
+            )));
         };
         let added = builder.add_revision(i, &approved, &bytes);
         drop(bytes);

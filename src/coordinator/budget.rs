@@ -20,14 +20,21 @@ pub struct Reservation {
 impl MemoryBudget {
     /// A budget of `bytes` (at least 1 KiB).
     pub fn new(bytes: u64) -> Self {
-        let total_kib = u32::try_from(bytes.div_ceil(1024)).unwrap_or(u32::MAX).max(1);
-        Self { permits: Arc::new(Semaphore::new(total_kib as usize)), total_kib }
+        let total_kib = u32::try_from(bytes.div_ceil(1024))
+            .unwrap_or(u32::MAX)
+            .max(1);
+        Self {
+            permits: Arc::new(Semaphore::new(total_kib as usize)),
+            total_kib,
+        }
     }
 
     /// Waits until `bytes` fit. A request larger than the whole budget takes the whole budget,
     /// so an oversized revision still runs, alone.
     pub async fn reserve(&self, bytes: u64) -> Reservation {
-        let kib = u32::try_from(bytes.div_ceil(1024)).unwrap_or(u32::MAX).clamp(1, self.total_kib);
+        let kib = u32::try_from(bytes.div_ceil(1024))
+            .unwrap_or(u32::MAX)
+            .clamp(1, self.total_kib);
         #[allow(clippy::expect_used)]
         let permit = Arc::clone(&self.permits)
             .acquire_many_owned(kib)
@@ -52,10 +59,15 @@ mod tests {
         let budget = MemoryBudget::new(10 * 1024);
         let big = budget.reserve(1 << 30).await;
         assert_eq!(budget.available_kib(), 0);
-        let waiting = tokio::time::timeout(std::time::Duration::from_millis(50), budget.reserve(1)).await;
-        assert!(waiting.is_err(), "a second reservation must wait while the oversized one runs");
+        let waiting =
+            tokio::time::timeout(std::time::Duration::from_millis(50), budget.reserve(1)).await;
+        assert!(
+            waiting.is_err(),
+            "a second reservation must wait while the oversized one runs"
+        );
         drop(big);
-        let small = tokio::time::timeout(std::time::Duration::from_secs(5), budget.reserve(4096)).await;
+        let small =
+            tokio::time::timeout(std::time::Duration::from_secs(5), budget.reserve(4096)).await;
         assert!(small.is_ok());
         assert_eq!(budget.available_kib(), 6);
     }

@@ -73,12 +73,29 @@ impl Observer for LogObserver {
         let digest = o.snapshot_digest().unwrap_or("");
         match o {
             Outcome::Integrity { .. } => {
-                tracing::error!(project_id, outcome = o.name(), reason, detail, "integrity violation")
+                tracing::error!(
+                    project_id,
+                    outcome = o.name(),
+                    reason,
+                    detail,
+                    "integrity violation"
+                )
             }
             Outcome::Rejected { .. } | Outcome::Unresolved { .. } => {
-                tracing::warn!(project_id, outcome = o.name(), reason, detail, "project not published")
+                tracing::warn!(
+                    project_id,
+                    outcome = o.name(),
+                    reason,
+                    detail,
+                    "project not published"
+                )
             }
-            _ => tracing::info!(project_id, outcome = o.name(), snapshot_digest = digest, "project done"),
+            _ => tracing::info!(
+                project_id,
+                outcome = o.name(),
+                snapshot_digest = digest,
+                "project done"
+            ),
         }
     }
 }
@@ -94,7 +111,9 @@ pub struct Coordinator<'a> {
 
 impl std::fmt::Debug for Coordinator<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Coordinator").field("settings", &self.settings).finish_non_exhaustive()
+        f.debug_struct("Coordinator")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
     }
 }
 
@@ -109,9 +128,20 @@ pub struct RunReport {
 
 impl<'a> Coordinator<'a> {
     /// A coordinator over a store.
-    pub fn new(store: Store, settings: RunSettings, stop: Stop, observer: &'a dyn Observer) -> Self {
+    pub fn new(
+        store: Store,
+        settings: RunSettings,
+        stop: Stop,
+        observer: &'a dyn Observer,
+    ) -> Self {
         let budget = MemoryBudget::new(settings.memory_budget);
-        Self { store, settings, budget, stop, observer }
+        Self {
+            store,
+            settings,
+            budget,
+            stop,
+            observer,
+        }
     }
 
     fn backoff(&self) -> impl Iterator<Item = Duration> {
@@ -152,10 +182,13 @@ impl<'a> Coordinator<'a> {
                 "project {project_id} does not exist; check the id or import it first"
             )));
         }
-        let outcome = self.process(project_id).await.unwrap_or(Outcome::Unresolved {
-            reason: Unresolved::Database,
-            detail: "stopped before the first attempt".into(),
-        });
+        let outcome = self
+            .process(project_id)
+            .await
+            .unwrap_or(Outcome::Unresolved {
+                reason: Unresolved::Database,
+                detail: "stopped before the first attempt".into(),
+            });
         self.observer.outcome(project_id, &outcome);
         Ok(outcome)
     }
@@ -163,7 +196,11 @@ impl<'a> Coordinator<'a> {
     async fn page(&self, after: &str) -> Result<Vec<String>, StoreError> {
         let mut delays = self.backoff();
         loop {
-            match self.store.pending_page(after, self.settings.page_size).await {
+            match self
+                .store
+                .pending_page(after, self.settings.page_size)
+                .await
+            {
                 Ok(p) => return Ok(p),
                 Err(e) if e.is_transient() => match delays.next() {
                     Some(d) if self.stop.sleep(d).await => {
@@ -232,7 +269,10 @@ impl<'a> Coordinator<'a> {
         let mut summary = RunSummary::new(self.settings.shard);
         let mut outcomes = BTreeMap::new();
         let mut database_down = false;
-        let mut finished = match self.pass(&BTreeSet::new(), &mut summary, &mut outcomes, true).await {
+        let mut finished = match self
+            .pass(&BTreeSet::new(), &mut summary, &mut outcomes, true)
+            .await
+        {
             Ok((done, _)) => done,
             Err(e) => {
                 tracing::error!(error = %e, "cannot read pending projects");

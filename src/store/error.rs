@@ -39,7 +39,10 @@ impl StoreError {
 
     /// The SQLSTATE or SQLite code, when the error came from the server.
     pub fn is_unavailable(&self) -> bool {
-        matches!(self, StoreError::Unavailable(_) | StoreError::NotMigrated(_))
+        matches!(
+            self,
+            StoreError::Unavailable(_) | StoreError::NotMigrated(_)
+        )
     }
 }
 

@@ -97,14 +97,19 @@ impl Store {
                 .bind(MIGRATE_LOCK.1)
                 .execute(&mut *tx)
                 .await?;
-            let rows = sqlx::query("SELECT rolname FROM pg_catalog.pg_roles WHERE rolname = ANY($1)")
-                .bind(ROLES.map(str::to_owned).to_vec())
-                .fetch_all(&mut *tx)
-                .await?;
-            let present: Vec<String> =
-                rows.iter().map(|r| r.try_get::<String, _>("rolname")).collect::<Result<_, _>>()?;
-            let missing: Vec<&str> =
-                ROLES.into_iter().filter(|r| !present.iter().any(|p| p == r)).collect();
+            let rows =
+                sqlx::query("SELECT rolname FROM pg_catalog.pg_roles WHERE rolname = ANY($1)")
+                    .bind(ROLES.map(str::to_owned).to_vec())
+                    .fetch_all(&mut *tx)
+                    .await?;
+            let present: Vec<String> = rows
+                .iter()
+                .map(|r| r.try_get::<String, _>("rolname"))
+                .collect::<Result<_, _>>()?;
+            let missing: Vec<&str> = ROLES
+                .into_iter()
+                .filter(|r| !present.iter().any(|p| p == r))
+                .collect();
             if !missing.is_empty() && !create_roles {
                 return Err(StoreError::Config(format!(
                     "missing PostgreSQL roles: {}; create them with `package-executor migrate \
@@ -121,7 +126,9 @@ impl Store {
             sqlx::query("CREATE SCHEMA IF NOT EXISTS ql3 AUTHORIZATION ql3_owner")
                 .execute(&mut *tx)
                 .await?;
-            sqlx::query("SET LOCAL ROLE ql3_owner").execute(&mut *tx).await?;
+            sqlx::query("SET LOCAL ROLE ql3_owner")
+                .execute(&mut *tx)
+                .await?;
             sqlx::query(
                 "CREATE TABLE IF NOT EXISTS ql3.schema_migrations (version bigint PRIMARY KEY, \
                  name text NOT NULL, checksum text NOT NULL, \
@@ -140,7 +147,10 @@ impl Store {
                 if check_applied(m, &applied)? {
                     continue;
                 }
-                sqlx::raw_sql(m.sql).execute(&mut *tx).await.map_err(|e| migration_error(m, e))?;
+                sqlx::raw_sql(m.sql)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(|e| migration_error(m, e))?;
                 sqlx::query("INSERT INTO ql3.schema_migrations (version, name, checksum) VALUES ($1, $2, $3)")
                     .bind(m.version)
                     .bind(m.name)
@@ -202,8 +212,14 @@ impl Store {
         };
         let text = format!("SELECT COALESCE(MAX(version), 0) AS v FROM {table}");
         let v: i64 = match (self.pg_pool(), self.sqlite_pool()) {
-            (Some(p), _) => sqlx::query(AssertSqlSafe(text)).fetch_one(p).await?.try_get("v")?,
-            (_, Some(p)) => sqlx::query(AssertSqlSafe(text)).fetch_one(p).await?.try_get("v")?,
+            (Some(p), _) => sqlx::query(AssertSqlSafe(text))
+                .fetch_one(p)
+                .await?
+                .try_get("v")?,
+            (_, Some(p)) => sqlx::query(AssertSqlSafe(text))
+                .fetch_one(p)
+                .await?
+                .try_get("v")?,
             _ => 0,
         };
         let latest = self.migrations().last().map_or(0, |m| m.version);

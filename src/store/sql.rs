@@ -13,8 +13,10 @@ pub fn for_dialect(dialect: Dialect, query: &'static str) -> &'static str {
     static CACHE: LazyLock<Cache> = LazyLock::new(|| Mutex::new(HashMap::new()));
     let mut cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
     // Keyed by address: every query is a distinct `&'static str` constant.
-    cache.entry((dialect, query.as_ptr() as usize)).or_insert_with(|| {
-        let text = match dialect {
+    cache
+        .entry((dialect, query.as_ptr() as usize))
+        .or_insert_with(|| {
+            let text = match dialect {
             Dialect::Postgres => query.replace("LENGTH_FN", "octet_length").replace(
                 "COMMITTED_AT",
                 "to_char(s.committed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')",
@@ -24,8 +26,8 @@ pub fn for_dialect(dialect: Dialect, query: &'static str) -> &'static str {
                 .replace("LENGTH_FN", "length")
                 .replace("COMMITTED_AT", "s.committed_at"),
         };
-        Box::leak(text.into_boxed_str())
-    })
+            Box::leak(text.into_boxed_str())
+        })
 }
 
 /// Live heads of a project joined to their generations (first and second observation);
@@ -112,15 +114,23 @@ ORDER BY src.package_name";
 macro_rules! proof {
     ($project:literal) => {
         concat!(
-            "s.project_id = ", $project, "
-  AND EXISTS (SELECT 1 FROM ql3.projects AS p WHERE p.project_id = ", $project, ")
+            "s.project_id = ",
+            $project,
+            "
+  AND EXISTS (SELECT 1 FROM ql3.projects AS p WHERE p.project_id = ",
+            $project,
+            ")
   AND s.package_count = (SELECT COUNT(*) FROM ql3.package_installations AS i
-                         WHERE i.project_id = ", $project, " AND i.active_generation IS NOT NULL)
+                         WHERE i.project_id = ",
+            $project,
+            " AND i.active_generation IS NOT NULL)
   AND NOT EXISTS (
     SELECT 1 FROM ql3.package_installations AS i
     LEFT JOIN ql3.package_generations AS g
       ON g.installation_id = i.installation_id AND g.generation = i.active_generation
-    WHERE i.project_id = ", $project, " AND i.active_generation IS NOT NULL
+    WHERE i.project_id = ",
+            $project,
+            " AND i.active_generation IS NOT NULL
       AND (g.status IS NULL OR g.status <> 'active' OR NOT EXISTS (
         SELECT 1 FROM ql3.tool_definition_snapshot_sources AS src
         WHERE src.snapshot_id = s.snapshot_id
@@ -137,7 +147,9 @@ macro_rules! proof {
         SELECT 1 FROM ql3.package_installations AS i
         JOIN ql3.package_generations AS g
           ON g.installation_id = i.installation_id AND g.generation = i.active_generation
-        WHERE i.project_id = ", $project, "
+        WHERE i.project_id = ",
+            $project,
+            "
           AND i.package_name = src.package_name
           AND i.installation_id = src.installation_id
           AND i.active_generation = src.generation

@@ -71,13 +71,18 @@ pub fn plan(project: &str, pkgs: &[Pkg]) -> PlanResult {
         .iter()
         .filter_map(|p| {
             p.bytes.as_ref().map(|b| {
-                (p.head.revision_digest.clone(), (p.byte_length.unwrap_or(b.len() as i64), b.clone()))
+                (
+                    p.head.revision_digest.clone(),
+                    (p.byte_length.unwrap_or(b.len() as i64), b.clone()),
+                )
             })
         })
         .collect();
-    planner::plan(project, pkgs.iter().map(|p| p.head.clone()).collect(), |d| {
-        revisions.get(d).map(|(len, b)| (*len, b.as_slice()))
-    })
+    planner::plan(
+        project,
+        pkgs.iter().map(|p| p.head.clone()).collect(),
+        |d| revisions.get(d).map(|(len, b)| (*len, b.as_slice())),
+    )
 }
 
 /// The rejection code of a plan, or "published".

@@ -9,7 +9,9 @@ use package_executor::store::{ConnectOptions, Dialect, Store};
 pub const DEMO: &[u8] = include_bytes!("../../examples/demo-fixture.json");
 
 pub async fn connect(url: &str) -> Store {
-    Store::connect(&ConnectOptions::new(url)).await.expect("connect")
+    Store::connect(&ConnectOptions::new(url))
+        .await
+        .expect("connect")
 }
 
 /// Runs one statement written with `ql3.` names (stripped for SQLite); returns the error text.
@@ -19,8 +21,14 @@ pub async fn exec(store: &Store, text: &str) -> Result<u64, String> {
         Dialect::Sqlite => text.replace("ql3.", ""),
     };
     let r = match (store.pg_pool(), store.sqlite_pool()) {
-        (Some(p), _) => sqlx::query(sqlx::AssertSqlSafe(text)).execute(p).await.map(|r| r.rows_affected()),
-        (_, Some(p)) => sqlx::query(sqlx::AssertSqlSafe(text)).execute(p).await.map(|r| r.rows_affected()),
+        (Some(p), _) => sqlx::query(sqlx::AssertSqlSafe(text))
+            .execute(p)
+            .await
+            .map(|r| r.rows_affected()),
+        (_, Some(p)) => sqlx::query(sqlx::AssertSqlSafe(text))
+            .execute(p)
+            .await
+            .map(|r| r.rows_affected()),
         _ => unreachable!(),
     };
     r.map_err(|e| e.to_string())
@@ -34,8 +42,18 @@ pub async fn scalar(store: &Store, text: &str) -> i64 {
         Dialect::Sqlite => text.replace("ql3.", ""),
     };
     match (store.pg_pool(), store.sqlite_pool()) {
-        (Some(p), _) => sqlx::query(sqlx::AssertSqlSafe(text)).fetch_one(p).await.expect("query").try_get::<i64, _>(0).expect("i64"),
-        (_, Some(p)) => sqlx::query(sqlx::AssertSqlSafe(text)).fetch_one(p).await.expect("query").try_get::<i64, _>(0).expect("i64"),
+        (Some(p), _) => sqlx::query(sqlx::AssertSqlSafe(text))
+            .fetch_one(p)
+            .await
+            .expect("query")
+            .try_get::<i64, _>(0)
+            .expect("i64"),
+        (_, Some(p)) => sqlx::query(sqlx::AssertSqlSafe(text))
+            .fetch_one(p)
+            .await
+            .expect("query")
+            .try_get::<i64, _>(0)
+            .expect("i64"),
         _ => unreachable!(),
     }
 }
@@ -62,9 +80,15 @@ pub async fn publish(store: &Store, project: &str) -> Outcome {
 }
 
 pub async fn current_digest(store: &Store, project: &str) -> Option<String> {
-    store.find_current(project).await.expect("find_current").map(|c| c.snapshot_digest)
+    store
+        .find_current(project)
+        .await
+        .expect("find_current")
+        .map(|c| c.snapshot_digest)
 }
 
 pub fn digest_of(o: &Outcome) -> String {
-    o.snapshot_digest().unwrap_or_else(|| panic!("expected a snapshot, got {o:?}")).to_owned()
+    o.snapshot_digest()
+        .unwrap_or_else(|| panic!("expected a snapshot, got {o:?}"))
+        .to_owned()
 }

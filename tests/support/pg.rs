@@ -35,24 +35,39 @@ fn bindir() -> PathBuf {
         }
     }
     let mut candidates: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
-        .map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.path().join("bin")).collect())
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.path().join("bin"))
+                .collect()
+        })
         .unwrap_or_default();
     candidates.sort();
-    candidates.into_iter().rev().find(|d| d.join("initdb").exists()).unwrap_or_else(|| {
-        panic!(
-            "PostgreSQL server binaries (initdb, pg_ctl) not found via `pg_config --bindir` or \
+    candidates
+        .into_iter()
+        .rev()
+        .find(|d| d.join("initdb").exists())
+        .unwrap_or_else(|| {
+            panic!(
+                "PostgreSQL server binaries (initdb, pg_ctl) not found via `pg_config --bindir` or \
              /usr/lib/postgresql/*/bin. Install them: `apt-get install -y postgresql` \
              (Debian/Ubuntu) and run the tests again. These tests never skip."
-        )
-    })
+            )
+        })
 }
 
 fn is_root() -> bool {
-    Command::new("id").arg("-u").output().map(|o| o.stdout.starts_with(b"0\n")).unwrap_or(false)
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| o.stdout.starts_with(b"0\n"))
+        .unwrap_or(false)
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
 }
 
 impl PgCluster {
@@ -67,7 +82,9 @@ impl PgCluster {
             Command::new(&path)
         };
         cmd.args(args).current_dir("/tmp");
-        let out = cmd.output().unwrap_or_else(|e| panic!("cannot run {}: {e}", path.display()));
+        let out = cmd
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", path.display()));
         assert!(
             out.status.success(),
             "{bin} {args:?} failed: {}\n{}",
@@ -83,15 +100,37 @@ impl PgCluster {
         let as_root = is_root();
         std::fs::create_dir_all(dir.join("sock")).expect("mkdir");
         if as_root {
-            let ok = Command::new("chown").args(["-R", "postgres:postgres"]).arg(&dir).status();
-            assert!(ok.map(|s| s.success()).unwrap_or(false), "chown of {} failed", dir.display());
+            let ok = Command::new("chown")
+                .args(["-R", "postgres:postgres"])
+                .arg(&dir)
+                .status();
+            assert!(
+                ok.map(|s| s.success()).unwrap_or(false),
+                "chown of {} failed",
+                dir.display()
+            );
         }
         let port = free_port();
-        let cluster = Self { port, dir, bindir, as_root };
+        let cluster = Self {
+            port,
+            dir,
+            bindir,
+            as_root,
+        };
         let data = cluster.data_dir();
         cluster.run(
             "initdb",
-            &["-D", path(&data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-locale", "--no-sync"],
+            &[
+                "-D",
+                path(&data),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--no-locale",
+                "--no-sync",
+            ],
         );
         let conf = format!(
             "port = {port}\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '{}'\n\
@@ -113,11 +152,26 @@ impl PgCluster {
 
     pub fn start(&self) {
         let log = self.dir.join("server.log");
-        self.run("pg_ctl", &["-D", path(&self.data_dir()), "-l", path(&log), "-w", "-t", "60", "start"]);
+        self.run(
+            "pg_ctl",
+            &[
+                "-D",
+                path(&self.data_dir()),
+                "-l",
+                path(&log),
+                "-w",
+                "-t",
+                "60",
+                "start",
+            ],
+        );
     }
 
     pub fn stop(&self, mode: &str) {
-        self.run("pg_ctl", &["-D", path(&self.data_dir()), "-m", mode, "-w", "stop"]);
+        self.run(
+            "pg_ctl",
+            &["-D", path(&self.data_dir()), "-m", mode, "-w", "stop"],
+        );
     }
 
     /// Stops the server and removes its files once this test process is gone.
@@ -141,7 +195,9 @@ impl PgCluster {
         cmd.stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null());
-        cmd.spawn().expect("spawn watchdog");
+        // Deliberately not waited for: it outlives this process to clean up after it.
+        #[allow(clippy::zombie_processes)]
+        let _watchdog = cmd.spawn().expect("spawn watchdog");
     }
 
     pub fn url(&self, db: &str) -> String {
@@ -164,7 +220,11 @@ where
     F::Output: Send + 'static,
 {
     std::thread::spawn(move || {
-        tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime").block_on(f)
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+            .block_on(f)
     })
     .join()
     .expect("setup thread")
@@ -173,19 +233,24 @@ where
 /// The shared cluster of this test binary, with a migrated template database.
 pub fn cluster() -> &'static PgCluster {
     CLUSTER.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("pe-pg-{}-{}", std::process::id(), free_port()));
+        let dir =
+            std::env::temp_dir().join(format!("pe-pg-{}-{}", std::process::id(), free_port()));
         let cluster = PgCluster::start_in(dir, "");
         let admin = cluster.url("postgres");
         let template = cluster.url(TEMPLATE);
         block_on(async move {
-            let store = Store::connect(&ConnectOptions::new(admin)).await.expect("connect admin");
+            let store = Store::connect(&ConnectOptions::new(admin))
+                .await
+                .expect("connect admin");
             let pool = store.pg_pool().expect("pg").clone();
             sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {TEMPLATE}")))
                 .execute(&pool)
                 .await
                 .expect("create template");
             store.close().await;
-            let store = Store::connect(&ConnectOptions::new(template)).await.expect("connect template");
+            let store = Store::connect(&ConnectOptions::new(template))
+                .await
+                .expect("connect template");
             store.migrate(true, None).await.expect("migrate template");
             store.close().await;
         });
@@ -196,16 +261,24 @@ pub fn cluster() -> &'static PgCluster {
 /// A fresh database cloned from the migrated template; returns its URL (superuser).
 pub async fn fresh_db() -> String {
     let c = cluster();
-    let name = format!("t_{}_{}", std::process::id(), NEXT_DB.fetch_add(1, Ordering::SeqCst));
+    let name = format!(
+        "t_{}_{}",
+        std::process::id(),
+        NEXT_DB.fetch_add(1, Ordering::SeqCst)
+    );
     let admin = c.url("postgres");
     let create = name.clone();
     block_on(async move {
-        let store = Store::connect(&ConnectOptions::new(admin)).await.expect("connect admin");
-        let pool = store.pg_pool().expect("pg").clone();
-        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {create} TEMPLATE {TEMPLATE}")))
-            .execute(&pool)
+        let store = Store::connect(&ConnectOptions::new(admin))
             .await
-            .expect("clone template");
+            .expect("connect admin");
+        let pool = store.pg_pool().expect("pg").clone();
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "CREATE DATABASE {create} TEMPLATE {TEMPLATE}"
+        )))
+        .execute(&pool)
+        .await
+        .expect("clone template");
         store.close().await;
     });
     c.url(&name)
@@ -215,7 +288,9 @@ pub async fn fresh_db() -> String {
 pub async fn fresh_sqlite() -> (String, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("tempdir");
     let url = format!("sqlite://{}", dir.path().join("t.db").display());
-    let store = Store::connect(&ConnectOptions::new(url.clone())).await.expect("connect sqlite");
+    let store = Store::connect(&ConnectOptions::new(url.clone()))
+        .await
+        .expect("connect sqlite");
     store.migrate(false, None).await.expect("migrate sqlite");
     store.close().await;
     (url, dir)

@@ -1,0 +1,279 @@
+//! The command line (SPEC section 10): clap definitions, every flag also readable from the
+//! environment as `PACKAGE_EXECUTOR_<FLAG>`, then validation into resolved settings.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// The default database when none is configured (refused inside a Kubernetes pod).
+pub const DEFAULT_DATABASE_URL: &str = "sqlite://package-executor.db";
+
+/// Builds canonical tool definition snapshots for projects whose active packages changed.
+#[derive(Debug, Parser)]
+#[command(name = "package-executor", version, about, long_about = None)]
+pub struct Cli {
+    /// Database URL: postgres://… (cluster) or sqlite://FILE (edge, local).
+    /// Defaults to sqlite://package-executor.db outside Kubernetes.
+    #[arg(long, global = true, env = "DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+    /// Log format on stderr: text on a terminal and JSON otherwise when `auto`.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value = "auto",
+        env = "PACKAGE_EXECUTOR_LOG_FORMAT"
+    )]
+    pub log_format: LogFormat,
+    /// PostgreSQL statement_timeout for this executor's sessions.
+    #[arg(long, global = true, default_value = "60s", value_parser = parse_duration, env = "PACKAGE_EXECUTOR_STATEMENT_TIMEOUT")]
+    pub statement_timeout: Duration,
+    /// PostgreSQL lock_timeout for this executor's sessions.
+    #[arg(long, global = true, default_value = "10s", value_parser = parse_duration, env = "PACKAGE_EXECUTOR_LOCK_TIMEOUT")]
+    pub lock_timeout: Duration,
+    /// PostgreSQL idle_in_transaction_session_timeout for this executor's sessions.
+    #[arg(long, global = true, default_value = "2m", value_parser = parse_duration, env = "PACKAGE_EXECUTOR_IDLE_IN_TRANSACTION_TIMEOUT")]
+    pub idle_in_transaction_timeout: Duration,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Log formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Text on a terminal, JSON otherwise.
+    Auto,
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Apply the migrations for the URL's dialect (PostgreSQL: schema, grants).
+    Migrate {
+        /// Create missing ql3_* roles (needs CREATEROLE).
+        #[arg(long, env = "PACKAGE_EXECUTOR_CREATE_ROLES")]
+        create_roles: bool,
+    },
+    /// Build and publish a snapshot for every pending project of this shard.
+    Run(RunArgs),
+    /// Build and publish one project now.
+    Publish {
+        /// The project id.
+        project: String,
+        /// Print the result as one JSON line.
+        #[arg(long, env = "PACKAGE_EXECUTOR_JSON")]
+        json: bool,
+        /// Attempts before giving up.
+        #[arg(long, default_value_t = 4, env = "PACKAGE_EXECUTOR_MAX_ATTEMPTS")]
+        max_attempts: u32,
+        /// Revision bytes in flight (B, KiB, MiB, GiB).
+        #[arg(long, default_value = "96MiB", value_parser = parse_bytes, env = "PACKAGE_EXECUTOR_MEMORY_BUDGET")]
+        memory_budget: u64,
+    },
+    /// Print the current snapshot of a project (exit 4 when there is none).
+    Current {
+        /// The project id.
+        project: String,
+        /// Print `{"snapshotDigest","committedAt","snapshot"}` as one JSON line.
+        #[arg(long, env = "PACKAGE_EXECUTOR_JSON")]
+        json: bool,
+    },
+    /// Why a project is or is not current.
+    Explain {
+        /// The project id.
+        project: String,
+    },
+    /// Recompute every stored snapshot's digests and compare its source rows with its document.
+    Verify {
+        /// Only this project.
+        #[arg(long, env = "PACKAGE_EXECUTOR_PROJECT")]
+        project: Option<String>,
+    },
+    /// Control-plane tools: load fixtures, activate generations, remove packages.
+    #[command(subcommand)]
+    Sources(SourcesCommand),
+    /// Migrate, import the bundled example, run, and show what happened.
+    Demo,
+    /// Print the RFC 8785 form of a JSON document (stdin without FILE), or its digest.
+    Canonicalize {
+        /// The JSON file; stdin when absent.
+        file: Option<PathBuf>,
+        /// Print `sha256:…` of the canonical bytes instead.
+        #[arg(long)]
+        digest: bool,
+    },
+    /// Canonical tool identities.
+    #[command(subcommand)]
+    Identity(IdentityCommand),
+    /// Create the recovery Job in Kubernetes.
+    Trigger {
+        /// The publication that makes recovery necessary.
+        #[arg(long)]
+        publication_id: String,
+    },
+}
+
+/// `sources …`.
+#[derive(Debug, Subcommand)]
+pub enum SourcesCommand {
+    /// Load a fixture file (all or nothing, idempotent).
+    Import {
+        /// The fixture file.
+        file: PathBuf,
+    },
+    /// Activate a generation in one transaction.
+    Activate {
+        /// Installation id.
+        #[arg(long)]
+        installation: String,
+        /// Generation number.
+        #[arg(long)]
+        generation: i64,
+    },
+    /// Remove a package from a project.
+    Remove {
+        /// Project id.
+        #[arg(long)]
+        project: String,
+        /// Package name.
+        #[arg(long)]
+        package: String,
+    },
+}
+
+/// `identity …`.
+#[derive(Debug, Subcommand)]
+pub enum IdentityCommand {
+    /// Print the canonical string of an identity.
+    Encode {
+        /// Source (`package`, `builtin`, `mcp`, …).
+        #[arg(long)]
+        source: String,
+        /// Origin (package, server or plugin).
+        #[arg(long)]
+        origin: String,
+        /// Local tool name.
+        #[arg(long)]
+        name: String,
+    },
+    /// Decode a canonical string into `{"source","origin","name"}`.
+    Decode {
+        /// The canonical string.
+        string: String,
+    },
+}
+
+/// `run` flags.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Pending projects per keyset page.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..), env = "PACKAGE_EXECUTOR_PAGE_SIZE")]
+    pub page_size: u32,
+    /// Projects in flight at once (the pool holds one more connection).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256), env = "PACKAGE_EXECUTOR_CONCURRENCY")]
+    pub concurrency: u32,
+    /// Attempts per project per pass, with jittered exponential backoff.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..), env = "PACKAGE_EXECUTOR_MAX_ATTEMPTS")]
+    pub max_attempts: u32,
+    /// Fresh passes over what is still pending after the last page.
+    #[arg(long, default_value_t = 2, env = "PACKAGE_EXECUTOR_FINAL_PROBES")]
+    pub final_probes: u32,
+    /// Revision bytes in flight across all workers (B, KiB, MiB, GiB).
+    #[arg(long, default_value = "96MiB", value_parser = parse_bytes, env = "PACKAGE_EXECUTOR_MEMORY_BUDGET")]
+    pub memory_budget: u64,
+    /// This replica's shard (default: JOB_COMPLETION_INDEX, else 0).
+    #[arg(long, env = "PACKAGE_EXECUTOR_SHARD_INDEX")]
+    pub shard_index: Option<u64>,
+    /// Number of shards (default: PACKAGE_EXECUTOR_SHARD_COUNT, else 1).
+    #[arg(long, env = "PACKAGE_EXECUTOR_SHARD_COUNT")]
+    pub shard_count: Option<u64>,
+    /// Stop taking work after this long (e.g. 25m) and write the summary.
+    #[arg(long, value_parser = parse_duration, env = "PACKAGE_EXECUTOR_DEADLINE")]
+    pub deadline: Option<Duration>,
+    /// Print the run summary as one JSON line on stdout.
+    #[arg(long, env = "PACKAGE_EXECUTOR_JSON")]
+    pub json: bool,
+    /// Also write the summary here (default: /dev/termination-log when writable).
+    #[arg(long, env = "PACKAGE_EXECUTOR_SUMMARY_FILE")]
+    pub summary_file: Option<PathBuf>,
+    /// Exit 6 when any project was rejected.
+    #[arg(long, env = "PACKAGE_EXECUTOR_FAIL_ON_REJECTED")]
+    pub fail_on_rejected: bool,
+}
+
+/// Parses a humantime duration (`90s`, `10m`).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("{e} (use e.g. 90s, 10m, 1h)"))
+}
+
+/// Parses a byte size: an integer with an optional `KiB`, `MiB` or `GiB`.
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (digits, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => (&s[..i], s[i..].trim()),
+        None => (s, ""),
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("{s:?} is not a byte size (use e.g. 96MiB)"))?;
+    let mult = match unit {
+        "" | "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        other => return Err(format!("unknown unit {other:?}: use B, KiB, MiB or GiB")),
+    };
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("{s:?} is too large"))
+}
+
+/// Whether this process runs inside a Kubernetes pod.
+pub fn in_kubernetes() -> bool {
+    std::env::var_os("KUBERNETES_SERVICE_HOST").is_some()
+}
+
+/// Resolves the shard from flags, then `JOB_COMPLETION_INDEX`, else 0 of 1.
+pub fn resolve_shard(index: Option<u64>, count: Option<u64>) -> Result<(u64, u64), String> {
+    let index = match index {
+        Some(i) => i,
+        None => match std::env::var("JOB_COMPLETION_INDEX") {
+            Ok(v) => v
+                .parse()
+                .map_err(|_| format!("JOB_COMPLETION_INDEX={v:?} is not a number"))?,
+            Err(_) => 0,
+        },
+    };
+    let count = count.unwrap_or(1);
+    if count == 0 || index >= count {
+        return Err(format!(
+            "shard index {index} is not below shard count {count}"
+        ));
+    }
+    Ok((index, count))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_sizes() {
+        assert_eq!(parse_bytes("96MiB"), Ok(96 << 20));
+        assert_eq!(parse_bytes("1024"), Ok(1024));
+        assert_eq!(parse_bytes("2 GiB"), Ok(2 << 30));
+        assert!(parse_bytes("1MB").is_err());
+        assert!(parse_bytes("x").is_err());
+    }
+
+    #[test]
+    fn cli_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

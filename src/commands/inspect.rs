@@ -1,0 +1,163 @@
+//! `current`, `explain` and `verify`: reading what is stored, never writing.
+
+use serde_json::Value;
+
+use crate::cli::Cli;
+use crate::planner;
+use crate::report::exit;
+use crate::verify;
+
+use super::connect_migrated;
+
+/// `current PROJECT [--json]`.
+pub async fn current(cli: &Cli, project: &str, json: bool) -> anyhow::Result<i32> {
+    let store = connect_migrated(cli, 1).await?;
+    let Some(c) = store.find_current(project).await? else {
+        eprintln!(
+            "no current snapshot for project {project}; `package-executor explain {project}` \
+             says why, `package-executor publish {project}` builds one"
+        );
+        return Ok(exit::NO_CURRENT);
+    };
+    if json {
+        let mut line = String::with_capacity(c.canonical_json.len() + 160);
+        line.push_str("{\"snapshotDigest\":");
+        line.push_str(&serde_json::to_string(&c.snapshot_digest)?);
+        line.push_str(",\"committedAt\":");
+        line.push_str(&serde_json::to_string(&c.committed_at)?);
+        line.push_str(",\"snapshot\":");
+        line.push_str(std::str::from_utf8(&c.canonical_json)?);
+        line.push('}');
+        println!("{line}");
+        return Ok(exit::OK);
+    }
+    let doc: Value = serde_json::from_slice(&c.canonical_json)?;
+    println!("project {project}: current snapshot {}", c.snapshot_digest);
+    println!("  committed      {}", c.committed_at);
+    println!("  active vector  {}", c.active_vector_digest);
+    println!("  definitions    {}", c.definition_digest);
+    let packages = doc["activeVector"].as_array().cloned().unwrap_or_default();
+    println!("  packages ({}):", packages.len());
+    for p in &packages {
+        println!(
+            "    {} generation {} ({})",
+            p["packageName"].as_str().unwrap_or(""),
+            p["generation"],
+            p["installationId"].as_str().unwrap_or("")
+        );
+    }
+    let defs = doc["definitions"].as_array().cloned().unwrap_or_default();
+    println!("  tools ({}):", defs.len());
+    for d in &defs {
+        println!(
+            "    {:<40} {} {}",
+            d["alias"].as_str().unwrap_or(""),
+            d["canonicalIdentity"].as_str().unwrap_or(""),
+            d["version"].as_str().unwrap_or("")
+        );
+    }
+    Ok(exit::OK)
+}
+
+/// `explain PROJECT`.
+pub async fn explain(cli: &Cli, project: &str) -> anyhow::Result<i32> {
+    let store = connect_migrated(cli, 1).await?;
+    let mut a = store.begin().await?;
+    if !a.project_exists(project).await? {
+        a.rollback().await?;
+        println!("project {project} does not exist; import it or check the id");
+        return Ok(exit::OK);
+    }
+    let current = a.find_current(project).await?;
+    let live = a.observe(project).await?;
+    let heads: Vec<_> = live.iter().map(|o| o.head.clone()).collect();
+    let vector = planner::active_vector_digest(project, &heads);
+    let newest = a.newest_snapshot(project).await?;
+    let rejection = a.find_rejection(project, vector.as_str()).await?;
+    a.rollback().await?;
+    println!("project {project}");
+    println!(
+        "  live vector    {vector} ({} active packages{})",
+        live.len(),
+        if live.len() > 128 {
+            ", over the limit of 128"
+        } else {
+            ""
+        }
+    );
+    for o in &live {
+        println!(
+            "    {} installation {} generation {} ({})",
+            o.head.package_name,
+            o.head.installation_id,
+            o.head.generation,
+            o.status.as_deref().unwrap_or("generation row missing")
+        );
+    }
+    match &current {
+        Some(c) => println!(
+            "  current        yes: snapshot {} committed {}",
+            c.snapshot_digest, c.committed_at
+        ),
+        None => println!("  current        no"),
+    }
+    match &newest {
+        Some(n)
+            if current
+                .as_ref()
+                .is_some_and(|c| c.snapshot_id == n.snapshot_id) => {}
+        Some(n) => println!(
+            "  newest         snapshot {} committed {} for vector {}{}",
+            n.snapshot_digest,
+            n.committed_at,
+            n.active_vector_digest,
+            if n.active_vector_digest == vector.as_str() {
+                ""
+            } else {
+                " (another vector: packages changed since)"
+            }
+        ),
+        None => println!("  newest         no snapshot was ever published"),
+    }
+    match &rejection {
+        Some(r) => println!("  rejected       {}: {}", r.reason, r.detail),
+        None if current.is_none() => println!(
+            "  next step      `package-executor publish {project}` (or wait for the next run)"
+        ),
+        None => {}
+    }
+    Ok(exit::OK)
+}
+
+/// `verify [--project P]`.
+pub async fn verify(cli: &Cli, project: Option<&str>) -> anyhow::Result<i32> {
+    let store = connect_migrated(cli, 1).await?;
+    let mut after = 0i64;
+    let (mut checked, mut bad) = (0u64, 0u64);
+    loop {
+        let mut a = store.begin().await?;
+        let page = a.snapshot_page(after, project).await?;
+        a.rollback().await?;
+        let Some(last) = page.last() else { break };
+        after = last.snapshot_id;
+        for s in &page {
+            checked += 1;
+            let problems = verify::problems(s);
+            if !problems.is_empty() {
+                bad += 1;
+                for p in problems {
+                    tracing::error!(project_id = %s.project_id, snapshot_id = s.snapshot_id, problem = %p, "snapshot does not verify");
+                    println!(
+                        "FAIL {} snapshot {} ({}): {p}",
+                        s.project_id, s.snapshot_id, s.snapshot_digest
+                    );
+                }
+            }
+        }
+    }
+    println!(
+        "verified {checked} snapshots: {} ok, {bad} failed",
+        checked - bad
+    );
+    Ok(if bad > 0 { exit::INTEGRITY } else { exit::OK })
+}

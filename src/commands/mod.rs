@@ -1,0 +1,130 @@
+//! The commands of SPEC section 10, each returning its exit code. `main` only parses, sets up
+//! logging and maps errors to exit codes.
+
+mod inspect;
+mod run;
+mod tools;
+
+use anyhow::Context as _;
+
+use crate::cli::{Cli, Command, DEFAULT_DATABASE_URL, SourcesCommand};
+use crate::report::exit;
+use crate::sources;
+use crate::store::{ConnectOptions, Store, StoreError, redact};
+
+/// Runs a parsed command line; returns the process exit code.
+pub async fn execute(cli: Cli) -> anyhow::Result<i32> {
+    match &cli.command {
+        Command::Canonicalize { file, digest } => tools::canonicalize(file.as_deref(), *digest),
+        Command::Identity(cmd) => Ok(tools::identity(cmd)),
+        Command::Trigger { publication_id } => {
+            eprintln!(
+                "error: `trigger` (publication {publication_id}) is not available in this build; \
+                 create the recovery Job from charts/ or manifests/ instead"
+            );
+            Ok(exit::ERROR)
+        }
+        Command::Migrate { create_roles } => {
+            let store = connect(&cli, 2).await?;
+            let report = store
+                .migrate(*create_roles, None)
+                .await
+                .context("migrate")?;
+            for role in &report.created_roles {
+                println!("created role {role}");
+            }
+            if report.applied.is_empty() {
+                println!("schema is up to date ({:?})", store.dialect());
+            }
+            for m in &report.applied {
+                println!("applied {m}");
+            }
+            Ok(exit::OK)
+        }
+        Command::Run(args) => run::run(&cli, args).await,
+        Command::Demo => run::demo(&cli).await,
+        Command::Publish {
+            project,
+            json,
+            max_attempts,
+            memory_budget,
+        } => run::publish(&cli, project, *json, *max_attempts, *memory_budget).await,
+        Command::Current { project, json } => inspect::current(&cli, project, *json).await,
+        Command::Explain { project } => inspect::explain(&cli, project).await,
+        Command::Verify { project } => inspect::verify(&cli, project.as_deref()).await,
+        Command::Sources(cmd) => {
+            let store = connect_migrated(&cli, 2).await?;
+            match cmd {
+                SourcesCommand::Import { file } => {
+                    let bytes = std::fs::read(file).map_err(|e| {
+                        StoreError::Input(format!("cannot read {}: {e}", file.display()))
+                    })?;
+                    let fixture = sources::parse_fixture(&bytes)?;
+                    let report = sources::import(&store, &fixture).await?;
+                    println!(
+                        "imported {} projects from {} ({} rows inserted)",
+                        report.projects,
+                        file.display(),
+                        report.inserted
+                    );
+                }
+                SourcesCommand::Activate {
+                    installation,
+                    generation,
+                } => {
+                    sources::activate(&store, installation, *generation).await?;
+                    println!("activated generation {generation} of {installation}");
+                }
+                SourcesCommand::Remove { project, package } => {
+                    sources::remove(&store, project, package).await?;
+                    println!("removed {package} from {project}");
+                }
+            }
+            Ok(exit::OK)
+        }
+    }
+}
+
+/// The database URL, refusing the local default inside a Kubernetes pod.
+pub fn database_url(cli: &Cli) -> Result<String, StoreError> {
+    match &cli.database_url {
+        Some(url) if !url.is_empty() => Ok(url.clone()),
+        _ if crate::cli::in_kubernetes() => Err(StoreError::Unavailable(
+            "DATABASE_URL is not set inside a Kubernetes pod, and the local SQLite default is \
+             refused there; mount the database Secret as DATABASE_URL"
+                .into(),
+        )),
+        _ => Ok(DEFAULT_DATABASE_URL.to_owned()),
+    }
+}
+
+/// Connects with the global settings.
+pub async fn connect(cli: &Cli, max_connections: u32) -> anyhow::Result<Store> {
+    let url = database_url(cli)?;
+    let opts = ConnectOptions {
+        max_connections,
+        statement_timeout: cli.statement_timeout,
+        lock_timeout: cli.lock_timeout,
+        idle_in_transaction_timeout: cli.idle_in_transaction_timeout,
+        ..ConnectOptions::new(url.clone())
+    };
+    let store = Store::connect(&opts)
+        .await
+        .with_context(|| format!("connecting to {}", redact(&url)))?;
+    Ok(store)
+}
+
+/// Connects and checks the schema is migrated (exit 8 otherwise).
+pub async fn connect_migrated(cli: &Cli, max_connections: u32) -> anyhow::Result<Store> {
+    let store = connect(cli, max_connections).await?;
+    store.check_migrated().await?;
+    Ok(store)
+}
+
+/// The exit code for an error that ended a command.
+pub fn exit_code_for(e: &anyhow::Error) -> i32 {
+    match e.downcast_ref::<StoreError>() {
+        Some(s) if s.is_unavailable() || matches!(s, StoreError::Transient(_)) => exit::DATABASE,
+        _ => exit::ERROR,
+    }
+}

@@ -1,0 +1,288 @@
+//! `run`, `publish` and `demo`: the coordinator on the command line.
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::cli::{Cli, RunArgs, resolve_shard};
+use crate::coordinator::{Coordinator, LogObserver, Observer, RunReport, RunSettings, Stop};
+use crate::report::{Outcome, PublishResult, RunSummary, Shard, exit};
+use crate::sources;
+use crate::store::StoreError;
+
+use super::{connect, connect_migrated};
+
+/// A spinner with running counts on a terminal; structured logs for everything else.
+struct Progress {
+    bar: ProgressBar,
+    counts: Mutex<RunSummary>,
+}
+
+impl Observer for Progress {
+    fn outcome(&self, project_id: &str, o: &Outcome) {
+        if let Ok(mut c) = self.counts.lock() {
+            c.count(o);
+            c.projects_scanned += 1;
+            self.bar.set_message(format!(
+                "{} done: {} published, {} replayed, {} current, {} rejected, {} pending",
+                c.projects_scanned,
+                c.published,
+                c.replayed,
+                c.already_current,
+                c.rejected.values().sum::<u64>(),
+                c.unresolved.values().sum::<u64>() + c.claimed_elsewhere
+            ));
+        }
+        if matches!(
+            o,
+            Outcome::Rejected { .. } | Outcome::Unresolved { .. } | Outcome::Integrity { .. }
+        ) {
+            self.bar.suspend(|| LogObserver.outcome(project_id, o));
+        }
+    }
+}
+
+fn progress_wanted(cli: &Cli) -> bool {
+    std::io::stderr().is_terminal() && cli.log_format != crate::cli::LogFormat::Json
+}
+
+fn settings(args: &RunArgs, shard: Shard) -> RunSettings {
+    RunSettings {
+        page_size: args.page_size,
+        concurrency: args.concurrency as usize,
+        max_attempts: args.max_attempts,
+        final_probes: args.final_probes,
+        memory_budget: args.memory_budget,
+        shard,
+        deadline: args.deadline,
+        ..RunSettings::default()
+    }
+}
+
+async fn run_coordinator(
+    cli: &Cli,
+    settings: RunSettings,
+    store: crate::store::Store,
+) -> RunReport {
+    let stop = Stop::default();
+    stop.arm(settings.deadline);
+    let report = if progress_wanted(cli) {
+        let bar = ProgressBar::new_spinner();
+        bar.set_style(
+            ProgressStyle::with_template("{spinner} {elapsed} {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        );
+        bar.enable_steady_tick(Duration::from_millis(120));
+        let progress = Progress {
+            bar: bar.clone(),
+            counts: Mutex::new(RunSummary::new(settings.shard)),
+        };
+        let report = Coordinator::new(store.clone(), settings, stop, &progress)
+            .run()
+            .await;
+        bar.finish_and_clear();
+        report
+    } else {
+        let observer = LogObserver;
+        Coordinator::new(store.clone(), settings, stop, &observer)
+            .run()
+            .await
+    };
+    store.close().await;
+    report
+}
+
+fn summary_path(explicit: Option<&Path>) -> Option<PathBuf> {
+    if let Some(p) = explicit {
+        return Some(p.to_path_buf());
+    }
+    let default = Path::new("/dev/termination-log");
+    let writable = std::fs::OpenOptions::new()
+        .append(true)
+        .open(default)
+        .is_ok();
+    writable.then(|| default.to_path_buf())
+}
+
+fn print_human(summary: &RunSummary) {
+    let join = |m: &std::collections::BTreeMap<String, u64>| {
+        m.iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    println!(
+        "run finished in {} ms (shard {}/{}): {} projects, {} published, {} replayed, {} already current, {} claimed elsewhere",
+        summary.elapsed_ms,
+        summary.shard.index,
+        summary.shard.count,
+        summary.projects_scanned,
+        summary.published,
+        summary.replayed,
+        summary.already_current,
+        summary.claimed_elsewhere
+    );
+    if !summary.rejected.is_empty() {
+        println!(
+            "  rejected: {} (see `package-executor explain PROJECT`)",
+            join(&summary.rejected)
+        );
+    }
+    if !summary.unresolved.is_empty() {
+        println!(
+            "  unresolved: {} (the next run retries them)",
+            join(&summary.unresolved)
+        );
+    }
+    if !summary.integrity.is_empty() {
+        println!(
+            "  INTEGRITY: {} (run `package-executor verify`)",
+            join(&summary.integrity)
+        );
+    }
+    println!("  exit code {}", summary.exit_code);
+}
+
+/// `run`.
+pub async fn run(cli: &Cli, args: &RunArgs) -> anyhow::Result<i32> {
+    let (index, count) =
+        resolve_shard(args.shard_index, args.shard_count).map_err(StoreError::Input)?;
+    let shard = Shard { index, count };
+    let started = std::time::Instant::now();
+    let connected = connect_migrated(cli, args.concurrency + 1).await;
+    let mut summary = match connected {
+        Ok(store) => {
+            let report = run_coordinator(cli, settings(args, shard), store).await;
+            report.summary
+        }
+        Err(e) => {
+            // Still write a truthful summary: nothing was done, the database is unavailable.
+            tracing::error!(error = %format!("{e:#}"), "cannot start the run");
+            eprintln!("error: {e:#}");
+            let mut s = RunSummary::new(shard);
+            s.elapsed_ms = started.elapsed().as_millis() as u64;
+            s.decide_exit(super::exit_code_for(&e) == exit::DATABASE, false, false);
+            if s.exit_code == exit::OK {
+                s.exit_code = exit::ERROR;
+            }
+            s
+        }
+    };
+    if summary.exit_code != exit::ERROR {
+        let database_down = summary.exit_code == exit::DATABASE;
+        let left_pending = summary.exit_code == exit::UNRESOLVED && summary.unresolved.is_empty();
+        summary.decide_exit(database_down, left_pending, args.fail_on_rejected);
+    }
+    let line = summary.to_json();
+    if let Some(path) = summary_path(args.summary_file.as_deref())
+        && let Err(e) = std::fs::write(&path, &line)
+    {
+        tracing::warn!(path = %path.display(), error = %e, "cannot write the summary file");
+    }
+    if args.json {
+        println!("{line}");
+    } else {
+        print_human(&summary);
+    }
+    tracing::info!(summary = %line, exit_code = summary.exit_code, "run summary");
+    Ok(summary.exit_code)
+}
+
+/// `publish PROJECT`.
+pub async fn publish(
+    cli: &Cli,
+    project: &str,
+    json: bool,
+    max_attempts: u32,
+    memory_budget: u64,
+) -> anyhow::Result<i32> {
+    let store = connect_migrated(cli, 2).await?;
+    let settings = RunSettings {
+        max_attempts,
+        memory_budget,
+        ..RunSettings::default()
+    };
+    let stop = Stop::default();
+    stop.arm(None);
+    let observer = LogObserver;
+    let outcome = Coordinator::new(store.clone(), settings, stop, &observer)
+        .publish(project)
+        .await?;
+    store.close().await;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string(&PublishResult::new(project, &outcome))?
+        );
+    } else {
+        match outcome.snapshot_digest() {
+            Some(d) => println!("{project}: {} {d}", outcome.name()),
+            None => println!(
+                "{project}: {} {}: {}",
+                outcome.name(),
+                outcome.reason().unwrap_or(""),
+                outcome.detail().unwrap_or("")
+            ),
+        }
+    }
+    let code = match &outcome {
+        Outcome::Unresolved {
+            reason: crate::report::Unresolved::Database,
+            detail,
+        } if detail.contains("unavailable") => exit::DATABASE,
+        o => o.publish_exit_code(),
+    };
+    Ok(code)
+}
+
+/// The example fixture bundled into the binary.
+pub const DEMO_FIXTURE: &[u8] = include_bytes!("../../examples/demo-fixture.json");
+
+/// `demo`.
+pub async fn demo(cli: &Cli) -> anyhow::Result<i32> {
+    let store = connect(cli, 2).await?;
+    let migrated = store.migrate(false, None).await?;
+    println!(
+        "1. migrated the {:?} database ({} migrations applied now)",
+        store.dialect(),
+        migrated.applied.len()
+    );
+    let fixture = sources::parse_fixture(DEMO_FIXTURE)?;
+    let imported = sources::import(&store, &fixture).await?;
+    println!(
+        "2. imported the example fixture: {} projects ({} new rows)",
+        imported.projects, imported.inserted
+    );
+    let settings = RunSettings::default();
+    let report = run_coordinator(cli, settings, store).await;
+    println!("3. ran the executor in {} ms:\n", report.summary.elapsed_ms);
+    println!(
+        "   {:<16} {:<16} {:<20} SNAPSHOT",
+        "PROJECT", "OUTCOME", "REASON"
+    );
+    for (project, o) in &report.outcomes {
+        println!(
+            "   {:<16} {:<16} {:<20} {}",
+            project,
+            o.name(),
+            o.reason().unwrap_or("-"),
+            o.snapshot_digest()
+                .map(|d| &d[..d.len().min(23)])
+                .unwrap_or("-")
+        );
+    }
+    for (project, o) in &report.outcomes {
+        if let Some(detail) = o.detail() {
+            println!("\n   {project}: {detail}");
+        }
+    }
+    println!("\n4. the current snapshot of demo-1 (`package-executor current demo-1`):\n");
+    super::inspect::current(cli, "demo-1", false).await?;
+    println!(
+        "\nTry: package-executor explain demo-rejected | package-executor current demo-1 --json"
+    );
+    Ok(exit::OK)
+}

@@ -1,0 +1,83 @@
+//! `canonicalize` and `identity`: the pure core on the command line.
+
+use std::io::{Read, Write};
+use std::path::Path;
+
+use crate::canonical;
+use crate::cli::IdentityCommand;
+use crate::identity::ToolIdentity;
+use crate::model::Digest;
+use crate::report::exit;
+
+/// `canonicalize [FILE] [--digest]`.
+pub fn canonicalize(file: Option<&Path>, digest: bool) -> anyhow::Result<i32> {
+    let input = match file {
+        Some(path) => match std::fs::read(path) {
+            Ok(b) => b,
+            Err(e) => {
+                eprintln!("error: cannot read {}: {e}", path.display());
+                return Ok(exit::ERROR);
+            }
+        },
+        None => {
+            let mut b = Vec::new();
+            std::io::stdin().read_to_end(&mut b)?;
+            b
+        }
+    };
+    let value = match canonical::parse_strict(&input, 512) {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!(
+                "error: not acceptable JSON: {e}; fix the document (duplicate member names and lone surrogates are refused)"
+            );
+            return Ok(exit::ERROR);
+        }
+    };
+    let bytes = canonical::to_vec(&value);
+    let mut out = std::io::stdout().lock();
+    if digest {
+        writeln!(out, "{}", Digest::of(&bytes))?;
+    } else {
+        out.write_all(&bytes)?;
+    }
+    out.flush()?;
+    Ok(exit::OK)
+}
+
+/// `identity encode|decode`.
+pub fn identity(cmd: &IdentityCommand) -> i32 {
+    match cmd {
+        IdentityCommand::Encode {
+            source,
+            origin,
+            name,
+        } => {
+            let t = ToolIdentity {
+                source: source.clone(),
+                origin: origin.clone(),
+                name: name.clone(),
+            };
+            match t.encode() {
+                Ok(s) => {
+                    println!("{s}");
+                    exit::OK
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    exit::ERROR
+                }
+            }
+        }
+        IdentityCommand::Decode { string } => match ToolIdentity::decode(string) {
+            Ok(t) => {
+                println!("{}", serde_json::to_string(&t).unwrap_or_default());
+                exit::OK
+            }
+            Err(e) => {
+                eprintln!("error: {string:?} is not a canonical identity: {e}");
+                exit::ERROR
+            }
+        },
+    }
+}
