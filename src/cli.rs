@@ -35,6 +35,9 @@ pub struct Cli {
     /// PostgreSQL idle_in_transaction_session_timeout for this executor's sessions.
     #[arg(long, global = true, default_value = "2m", value_parser = parse_duration, env = "PACKAGE_EXECUTOR_IDLE_IN_TRANSACTION_TIMEOUT")]
     pub idle_in_transaction_timeout: Duration,
+    /// How long to keep trying to reach the database before giving up (exit 8).
+    #[arg(long, global = true, default_value = "30s", value_parser = parse_duration, env = "PACKAGE_EXECUTOR_CONNECT_TIMEOUT")]
+    pub connect_timeout: Duration,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,

@@ -106,6 +106,7 @@ pub async fn connect(cli: &Cli, max_connections: u32) -> anyhow::Result<Store> {
         statement_timeout: cli.statement_timeout,
         lock_timeout: cli.lock_timeout,
         idle_in_transaction_timeout: cli.idle_in_transaction_timeout,
+        acquire_timeout: cli.connect_timeout,
         ..ConnectOptions::new(url.clone())
     };
     let store = Store::connect(&opts)

@@ -1,0 +1,232 @@
+//! The command line as a person uses it: outputs, JSON shapes and exit codes.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_package-executor"));
+    c.env_remove("DATABASE_URL")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env("PACKAGE_EXECUTOR_LOG_FORMAT", "json")
+        .env("PACKAGE_EXECUTOR_CONNECT_TIMEOUT", "2s");
+    c
+}
+
+fn run(args: &[&str], stdin: Option<&[u8]>) -> Output {
+    let mut c = bin();
+    c.args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().expect("spawn");
+    {
+        let mut input = child.stdin.take().expect("stdin");
+        if let Some(bytes) = stdin {
+            input.write_all(bytes).expect("write stdin");
+        }
+    }
+    child.wait_with_output().expect("wait")
+}
+
+fn code(o: &Output) -> i32 {
+    o.status.code().expect("exit code")
+}
+
+#[test]
+fn canonicalize_reads_stdin_and_files() {
+    let o = run(
+        &["canonicalize"],
+        Some(br#"{"b": 4.50, "a": [1E3, "\u00e9"]}"#),
+    );
+    assert_eq!(code(&o), 0);
+    assert_eq!(
+        o.stdout,
+        "{\"a\":[1000,\"é\"],\"b\":4.5}".as_bytes(),
+        "no trailing newline"
+    );
+    let o = run(&["canonicalize", "--digest"], Some(b"{}"));
+    assert_eq!(
+        String::from_utf8(o.stdout).unwrap(),
+        "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a\n"
+    );
+    for bad in [&br#"{"a":1,"a":2}"#[..], br#"["\ud800"]"#, b"{", b"[1E400]"] {
+        let o = run(&["canonicalize"], Some(bad));
+        assert_eq!(code(&o), 1, "{}", String::from_utf8_lossy(bad));
+        assert!(!o.stderr.is_empty());
+    }
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/testdata/jcs");
+    let o = run(
+        &[
+            "canonicalize",
+            dir.join("input/weird.json").to_str().unwrap(),
+        ],
+        None,
+    );
+    assert_eq!(
+        o.stdout,
+        std::fs::read(dir.join("output/weird.json")).unwrap()
+    );
+    assert_eq!(code(&run(&["canonicalize", "/no/such/file"], None)), 1);
+}
+
+#[test]
+fn identity_encode_and_decode() {
+    let o = run(
+        &[
+            "identity", "encode", "--source", "mcp", "--origin", "a:b", "--name", "x/y",
+        ],
+        None,
+    );
+    assert_eq!(code(&o), 0);
+    assert_eq!(String::from_utf8(o.stdout).unwrap(), "mcp:a%3Ab:x%2Fy\n");
+    let o = run(&["identity", "decode", "mcp:a%3Ab:x%2Fy"], None);
+    assert_eq!(
+        String::from_utf8(o.stdout).unwrap(),
+        "{\"source\":\"mcp\",\"origin\":\"a:b\",\"name\":\"x/y\"}\n"
+    );
+    let o = run(&["identity", "decode", "a:b"], None);
+    assert_eq!(code(&o), 1);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("three"));
+    assert_eq!(
+        code(&run(
+            &[
+                "identity", "encode", "--source", "", "--origin", "o", "--name", "n"
+            ],
+            None
+        )),
+        1
+    );
+    assert_eq!(
+        code(&run(&["identity", "bogus"], None)),
+        2,
+        "usage errors exit 2"
+    );
+}
+
+#[test]
+fn demo_then_inspect_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("demo.db").display());
+    let with = |args: &[&str]| {
+        let mut full = vec!["--database-url", url.as_str()];
+        full.extend_from_slice(args);
+        run(&full, None)
+    };
+    let o = with(&["current", "demo-1"]);
+    assert_eq!(
+        code(&o),
+        8,
+        "not migrated: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let o = with(&["demo"]);
+    assert_eq!(code(&o), 0, "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8(o.stdout).unwrap();
+    assert!(
+        text.contains("demo-rejected") && text.contains("forbidden-field"),
+        "{text}"
+    );
+
+    let o = with(&["current", "demo-1", "--json"]);
+    assert_eq!(code(&o), 0);
+    let line = String::from_utf8(o.stdout).unwrap();
+    assert!(line.ends_with('\n') && line.lines().count() == 1);
+    let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(v["snapshot"]["projectId"], "demo-1");
+    let at = v["committedAt"].as_str().unwrap();
+    assert_eq!(at.len(), 24);
+    assert!(at.ends_with('Z') && at.as_bytes()[19] == b'.');
+
+    assert_eq!(code(&with(&["current", "demo-rejected"])), 4);
+    let o = with(&["publish", "demo-rejected", "--json"]);
+    assert_eq!(code(&o), 6);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["outcome"], "rejected");
+    assert_eq!(v["reason"], "forbidden-field");
+    assert!(v.get("snapshotDigest").is_none());
+    let o = with(&["publish", "demo-1", "--json"]);
+    assert_eq!(code(&o), 0);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["outcome"], "already-current");
+    assert_eq!(code(&with(&["publish", "no-such-project"])), 1);
+    assert_eq!(code(&with(&["explain", "demo-rejected"])), 0);
+    assert_eq!(code(&with(&["verify"])), 0);
+
+    let summary = dir.path().join("summary.json");
+    let o = with(&[
+        "run",
+        "--json",
+        "--summary-file",
+        summary.to_str().unwrap(),
+        "--fail-on-rejected",
+    ]);
+    assert_eq!(code(&o), 6, "rejected with --fail-on-rejected");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["schema"], "package-executor/run-summary@v1");
+    assert_eq!(v["exitCode"], 6);
+    assert_eq!(v["rejected"]["forbidden-field"], 1);
+    assert_eq!(
+        std::fs::read_to_string(&summary).unwrap().trim(),
+        String::from_utf8(o.stdout).unwrap().trim()
+    );
+    assert!(std::fs::metadata(&summary).unwrap().len() < 4096);
+
+    let o = with(&[
+        "sources",
+        "activate",
+        "--installation",
+        "demo-1-github",
+        "--generation",
+        "3",
+    ]);
+    assert_eq!(code(&o), 0);
+    assert_eq!(
+        code(&with(&["current", "demo-1"])),
+        4,
+        "never a stale snapshot"
+    );
+    let o = with(&["run", "--json"]);
+    assert_eq!(code(&o), 0);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["published"], 1);
+    assert_eq!(code(&with(&["sources", "import", "/no/such/file"])), 1);
+}
+
+#[test]
+fn database_problems_exit_8() {
+    let o = run(
+        &[
+            "--database-url",
+            "postgres://nobody@127.0.0.1:1/none",
+            "current",
+            "p",
+        ],
+        None,
+    );
+    assert_eq!(code(&o), 8, "{}", String::from_utf8_lossy(&o.stderr));
+    let o = run(
+        &[
+            "--database-url",
+            "postgres://nobody@127.0.0.1:1/none",
+            "run",
+            "--json",
+        ],
+        None,
+    );
+    assert_eq!(code(&o), 8);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        v["exitCode"], 8,
+        "a truthful summary even when nothing could start"
+    );
+    // Inside a pod, the local default is refused.
+    let mut c = bin();
+    let o = c
+        .args(["current", "p"])
+        .env("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 8);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("DATABASE_URL"));
+}
