@@ -38,7 +38,11 @@ pub fn many_projects(n: usize, packages: usize, tools: usize, pad: usize) -> Vec
     serde_json::to_vec(&json!({"schema": "package-executor/fixture@v1", "projects": projects})).unwrap()
 }
 
-fn project(id: &str, packages: Vec<Value>) -> Value {
+fn project(id: &str, mut packages: Vec<Value>) -> Value {
+    for p in &mut packages {
+        let inst = format!("{id}-{}", p["installationId"].as_str().unwrap_or_default());
+        p["installationId"] = Value::String(inst);
+    }
     json!({"projectId": id, "packages": packages})
 }
 
