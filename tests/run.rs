@@ -23,7 +23,9 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
 async fn within<F: Future<Output = ()>>(secs: u64, f: F) {
-    tokio::time::timeout(Duration::from_secs(secs), f).await.expect("test timed out");
+    tokio::time::timeout(Duration::from_secs(secs), f)
+        .await
+        .expect("test timed out");
 }
 
 fn exe(url: &str) -> Command {
@@ -39,7 +41,10 @@ fn exe(url: &str) -> Command {
 
 async fn run_in_process(store: &Store, settings: RunSettings) -> BTreeMap<String, Outcome> {
     let observer = LogObserver;
-    Coordinator::new(store.clone(), settings, Stop::default(), &observer).run().await.outcomes
+    Coordinator::new(store.clone(), settings, Stop::default(), &observer)
+        .run()
+        .await
+        .outcomes
 }
 
 async fn pending_count(store: &Store) -> usize {
@@ -72,8 +77,12 @@ async fn every_rejection_code(store: Store) {
             exec(&store, "ALTER TABLE ql3.materialized_revisions DISABLE TRIGGER materialized_revisions_no_update").await.unwrap();
         }
         package_executor::store::Dialect::Sqlite => {
-            exec(&store, "DROP TRIGGER materialized_revisions_no_update").await.unwrap();
-            exec(&store, "PRAGMA ignore_check_constraints = ON").await.unwrap();
+            exec(&store, "DROP TRIGGER materialized_revisions_no_update")
+                .await
+                .unwrap();
+            exec(&store, "PRAGMA ignore_check_constraints = ON")
+                .await
+                .unwrap();
         }
     }
     exec(&store, &format!("UPDATE ql3.materialized_revisions SET byte_length = 99 WHERE revision_digest = '{digest}'")).await.unwrap();
@@ -89,29 +98,51 @@ async fn every_rejection_code(store: Store) {
             assert_eq!(o.name(), "published", "{project}: {o:?}");
         }
     }
-    let all: std::collections::BTreeSet<String> =
-        package_executor::rejection::RejectionCode::ALL.iter().map(|c| c.as_str().to_owned()).collect();
+    let all: std::collections::BTreeSet<String> = package_executor::rejection::RejectionCode::ALL
+        .iter()
+        .map(|c| c.as_str().to_owned())
+        .collect();
     assert_eq!(seen, all, "every rejection code is exercised");
     for code in &all {
         assert_eq!(current_digest(&store, &format!("r-{code}")).await, None);
     }
     // Rejections are recorded once per vector; the next run reads them without re-reading revisions.
-    let before = scalar(&store, "SELECT COUNT(*) FROM ql3.tool_definition_snapshot_rejections").await;
+    let before = scalar(
+        &store,
+        "SELECT COUNT(*) FROM ql3.tool_definition_snapshot_rejections",
+    )
+    .await;
     assert_eq!(before, 16);
     let again = run_in_process(&store, settings()).await;
-    assert!(again.values().all(|o| o.name() == "rejected"), "only rejected projects stay pending");
-    assert_eq!(scalar(&store, "SELECT COUNT(*) FROM ql3.tool_definition_snapshot_rejections").await, before);
+    assert!(
+        again.values().all(|o| o.name() == "rejected"),
+        "only rejected projects stay pending"
+    );
+    assert_eq!(
+        scalar(
+            &store,
+            "SELECT COUNT(*) FROM ql3.tool_definition_snapshot_rejections"
+        )
+        .await,
+        before
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_rejection_code_postgres() {
-    within(300, async { every_rejection_code(connect(&pg::fresh_db().await).await).await }).await;
+    within(300, async {
+        every_rejection_code(connect(&pg::fresh_db().await).await).await
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_rejection_code_sqlite() {
     let (url, _dir) = pg::fresh_sqlite().await;
-    within(300, async { every_rejection_code(connect(&url).await).await }).await;
+    within(300, async {
+        every_rejection_code(connect(&url).await).await
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -149,11 +180,24 @@ async fn four_replicas_converge_on_postgres() {
 async fn consistent_view(store: &Store, project: &str) -> (String, Option<String>) {
     let pool = store.pg_pool().unwrap();
     let mut tx = pool.begin().await.unwrap();
-    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ").execute(&mut *tx).await.unwrap();
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
     let mut a = Attempt::Pg(tx);
-    let heads: Vec<_> = a.observe(project).await.unwrap().into_iter().map(|o| o.head).collect();
+    let heads: Vec<_> = a
+        .observe(project)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|o| o.head)
+        .collect();
     let live = package_executor::planner::active_vector_digest(project, &heads);
-    let current = a.find_current(project).await.unwrap().map(|c| c.active_vector_digest);
+    let current = a
+        .find_current(project)
+        .await
+        .unwrap()
+        .map(|c| c.active_vector_digest);
     a.rollback().await.unwrap();
     (live.as_str().to_owned(), current)
 }
@@ -171,14 +215,17 @@ async fn drift_never_yields_a_stale_snapshot() {
         let (first_flip_tx, first_flip_rx) = tokio::sync::oneshot::channel::<()>();
         // The mutator keeps activating generation 2 and 1 of the drifting projects' first package.
         let mutator = {
-            let (store, stop, flips, drifting) = (store.clone(), stop.clone(), flips.clone(), drifting.clone());
+            let (store, stop, flips, drifting) =
+                (store.clone(), stop.clone(), flips.clone(), drifting.clone());
             tokio::spawn(async move {
                 let mut first = Some(first_flip_tx);
                 let mut round = 0u64;
                 while !stop.load(Ordering::SeqCst) {
                     let generation = if round % 2 == 0 { 2 } else { 1 };
                     for p in &drifting {
-                        package_executor::sources::activate(&store, &format!("{p}-k0"), generation).await.unwrap();
+                        package_executor::sources::activate(&store, &format!("{p}-k0"), generation)
+                            .await
+                            .unwrap();
                         flips.fetch_add(1, Ordering::SeqCst);
                     }
                     if let Some(tx) = first.take() {
@@ -190,7 +237,12 @@ async fn drift_never_yields_a_stale_snapshot() {
         };
         // The checker: every snapshot find_current returns belongs to the live vector.
         let checker = {
-            let (store, stop, violations, drifting) = (store.clone(), stop.clone(), violations.clone(), drifting.clone());
+            let (store, stop, violations, drifting) = (
+                store.clone(),
+                stop.clone(),
+                violations.clone(),
+                drifting.clone(),
+            );
             tokio::spawn(async move {
                 let mut checks = 0usize;
                 while !stop.load(Ordering::SeqCst) {
@@ -206,22 +258,52 @@ async fn drift_never_yields_a_stale_snapshot() {
             })
         };
         first_flip_rx.await.unwrap();
-        let outcomes = run_in_process(&store, RunSettings { max_attempts: 2, final_probes: 1, ..settings() }).await;
+        let outcomes = run_in_process(
+            &store,
+            RunSettings {
+                max_attempts: 2,
+                final_probes: 1,
+                ..settings()
+            },
+        )
+        .await;
         stop.store(true, Ordering::SeqCst);
         mutator.await.unwrap();
         let checks = checker.await.unwrap();
-        println!("drift: {} activations, {checks} consistent checks during the run", flips.load(Ordering::SeqCst));
-        assert_eq!(violations.load(Ordering::SeqCst), 0, "find_current returned a snapshot of another vector");
+        println!(
+            "drift: {} activations, {checks} consistent checks during the run",
+            flips.load(Ordering::SeqCst)
+        );
+        assert_eq!(
+            violations.load(Ordering::SeqCst),
+            0,
+            "find_current returned a snapshot of another vector"
+        );
         let mut unresolved = 0;
         for p in &drifting {
             let o = &outcomes[p];
-            assert!(matches!(o, Outcome::Published { .. } | Outcome::Replayed { .. } | Outcome::AlreadyCurrent { .. } | Outcome::Unresolved { .. }), "{p}: {o:?}");
+            assert!(
+                matches!(
+                    o,
+                    Outcome::Published { .. }
+                        | Outcome::Replayed { .. }
+                        | Outcome::AlreadyCurrent { .. }
+                        | Outcome::Unresolved { .. }
+                ),
+                "{p}: {o:?}"
+            );
             if o.name() == "unresolved" {
                 unresolved += 1;
-                assert!(matches!(o.reason(), Some("vector-drift" | "generation-drift")), "{o:?}");
+                assert!(
+                    matches!(o.reason(), Some("vector-drift" | "generation-drift")),
+                    "{o:?}"
+                );
             }
         }
-        println!("drift: {unresolved} of {} drifting projects ended unresolved", drifting.len());
+        println!(
+            "drift: {unresolved} of {} drifting projects ended unresolved",
+            drifting.len()
+        );
         // After the mutator stops, a second run makes every project current.
         run_in_process(&store, settings()).await;
         assert_eq!(pending_count(&store).await, 0);
@@ -232,12 +314,22 @@ async fn drift_never_yields_a_stale_snapshot() {
 
 /// Spawns `run`, and returns once `n` projects are done (read from its JSON log lines).
 async fn run_until(url: &str, n: usize, args: &[&str]) -> tokio::process::Child {
-    let mut child = exe(url).arg("run").args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut child = exe(url)
+        .arg("run")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     let stderr = child.stderr.take().unwrap();
     let mut lines = BufReader::new(stderr).lines();
     let mut done = 0;
     while done < n {
-        let line = lines.next_line().await.unwrap().expect("run ended before enough projects were done");
+        let line = lines
+            .next_line()
+            .await
+            .unwrap()
+            .expect("run ended before enough projects were done");
         if line.contains("\"project done\"") {
             done += 1;
         }
@@ -258,8 +350,15 @@ async fn sigkill_leaves_no_partial_snapshot() {
         let status = child.wait().await.unwrap();
         assert!(status.code().is_none(), "killed by a signal");
         let published = scalar(&store, "SELECT COUNT(*) FROM ql3.tool_definition_snapshots").await;
-        assert!(published >= 100 && published < 1500, "killed mid-run: {published}");
-        assert_eq!(partial_snapshots(&store).await, 0, "no snapshot row without its full source rows");
+        assert!(
+            published >= 100 && published < 1500,
+            "killed mid-run: {published}"
+        );
+        assert_eq!(
+            partial_snapshots(&store).await,
+            0,
+            "no snapshot row without its full source rows"
+        );
         let out = exe(&url).args(["run", "--json"]).output().await.unwrap();
         assert_eq!(out.status.code(), Some(0));
         assert_eq!(pending_count(&store).await, 0);
@@ -276,27 +375,56 @@ async fn outage_mid_run_is_truthful_and_recoverable() {
         let cluster = pg::PgCluster::start_in(dir, "");
         let admin = cluster.url("postgres");
         let admin_store = connect(&admin).await;
-        sqlx::query("CREATE DATABASE outage").execute(admin_store.pg_pool().unwrap()).await.unwrap();
+        sqlx::query("CREATE DATABASE outage")
+            .execute(admin_store.pg_pool().unwrap())
+            .await
+            .unwrap();
         admin_store.close().await;
         let url = cluster.url("outage");
         let store = connect(&url).await;
         store.migrate(true, None).await.unwrap();
         import(&store, &fixtures::many_projects(1500, 3, 2, 400)).await;
         store.close().await;
-        let child = run_until(&url, 50, &["--json", "--concurrency", "4", "--max-attempts", "2", "--final-probes", "1"]).await;
+        let child = run_until(
+            &url,
+            50,
+            &[
+                "--json",
+                "--concurrency",
+                "4",
+                "--max-attempts",
+                "2",
+                "--final-probes",
+                "1",
+            ],
+        )
+        .await;
         cluster.stop("immediate");
         let out = child.wait_with_output().await.unwrap();
         let code = out.status.code().unwrap();
         assert!(code == 3 || code == 8, "exit {code}");
         let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        assert_eq!(summary["exitCode"].as_i64(), Some(i64::from(code)), "the summary tells the exit code");
+        assert_eq!(
+            summary["exitCode"].as_i64(),
+            Some(i64::from(code)),
+            "the summary tells the exit code"
+        );
         cluster.start();
         let store = connect(&url).await;
-        let published = scalar(&store, "SELECT COUNT(*) FROM ql3.tool_definition_snapshots").await as u64;
-        assert!(summary["published"].as_u64().unwrap() <= published, "the summary never claims more than was committed");
+        let published =
+            scalar(&store, "SELECT COUNT(*) FROM ql3.tool_definition_snapshots").await as u64;
+        assert!(
+            summary["published"].as_u64().unwrap() <= published,
+            "the summary never claims more than was committed"
+        );
         assert_eq!(partial_snapshots(&store).await, 0);
         let out = exe(&url).args(["run", "--json"]).output().await.unwrap();
-        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
         assert_eq!(pending_count(&store).await, 0);
         store.close().await;
         cluster.stop("fast");

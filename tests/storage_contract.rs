@@ -519,7 +519,13 @@ async fn snapshots_of(store: &Store) -> Vec<(String, String, String, String, Vec
         let Some(last) = page.last() else { break };
         after = last.snapshot_id;
         for s in page {
-            out.push((s.project_id, s.snapshot_digest, s.active_vector_digest, s.definition_digest, s.canonical_json));
+            out.push((
+                s.project_id,
+                s.snapshot_digest,
+                s.active_vector_digest,
+                s.definition_digest,
+                s.canonical_json,
+            ));
         }
     }
     a.rollback().await.unwrap();
@@ -540,8 +546,13 @@ async fn same_fixture_same_bytes_in_both_dialects() {
             import(store, &varied).await;
             let observer = package_executor::coordinator::LogObserver;
             let report = package_executor::coordinator::Coordinator::new(
-                store.clone(), settings(), package_executor::coordinator::Stop::default(), &observer,
-            ).run().await;
+                store.clone(),
+                settings(),
+                package_executor::coordinator::Stop::default(),
+                &observer,
+            )
+            .run()
+            .await;
             assert_eq!(report.summary.published, 15, "{:?}", report.summary);
         }
         let (a, b) = (snapshots_of(&pg).await, snapshots_of(&lite).await);
@@ -557,21 +568,42 @@ async fn migrations_apply_one_by_one() {
     within(async {
         let cluster = pg::cluster();
         let admin = connect(&cluster.url("postgres")).await;
-        sqlx::query("CREATE DATABASE migrate_steps").execute(admin.pg_pool().unwrap()).await.unwrap();
+        sqlx::query("CREATE DATABASE migrate_steps")
+            .execute(admin.pg_pool().unwrap())
+            .await
+            .unwrap();
         admin.close().await;
         let pg = connect(&cluster.url("migrate_steps")).await;
         let dir = tempfile::tempdir().unwrap();
         let lite = connect(&format!("sqlite://{}", dir.path().join("m.db").display())).await;
         for store in [&pg, &lite] {
-            assert!(store.check_migrated().await.is_err(), "an empty database is not migrated");
+            assert!(
+                store.check_migrated().await.is_err(),
+                "an empty database is not migrated"
+            );
             let all = store.migrations();
             for m in all {
                 let report = store.migrate(false, Some(m.version)).await.unwrap();
-                assert_eq!(report.applied, vec![m.name.to_owned()], "{:?}", store.dialect());
-                let table = if store.dialect() == Dialect::Postgres { "ql3.schema_migrations" } else { "schema_migrations" };
-                assert_eq!(scalar(store, &format!("SELECT MAX(version) FROM {table}")).await, m.version);
+                assert_eq!(
+                    report.applied,
+                    vec![m.name.to_owned()],
+                    "{:?}",
+                    store.dialect()
+                );
+                let table = if store.dialect() == Dialect::Postgres {
+                    "ql3.schema_migrations"
+                } else {
+                    "schema_migrations"
+                };
+                assert_eq!(
+                    scalar(store, &format!("SELECT MAX(version) FROM {table}")).await,
+                    m.version
+                );
             }
-            assert!(store.migrate(false, None).await.unwrap().applied.is_empty(), "idempotent");
+            assert!(
+                store.migrate(false, None).await.unwrap().applied.is_empty(),
+                "idempotent"
+            );
             store.check_migrated().await.unwrap();
             // Sample data loads after the last step.
             import(store, DEMO).await;

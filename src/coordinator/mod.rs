@@ -107,6 +107,7 @@ pub struct Coordinator<'a> {
     budget: MemoryBudget,
     stop: Stop,
     observer: &'a dyn Observer,
+    database_down: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Coordinator<'_> {
@@ -141,6 +142,7 @@ impl<'a> Coordinator<'a> {
             budget,
             stop,
             observer,
+            database_down: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -168,11 +170,31 @@ impl<'a> Coordinator<'a> {
                         None => false,
                     };
                     if !slept {
+                        if reason == Unresolved::Database {
+                            self.check_database().await;
+                        }
                         return Some(Outcome::Unresolved { reason, detail });
                     }
                 }
             }
         }
+    }
+
+    /// After a project ran out of attempts on database errors: if the database no longer answers
+    /// at all, stop taking work (the run then exits 8 with a truthful summary) instead of
+    /// burning every remaining project's attempts against a dead server.
+    async fn check_database(&self) {
+        if let Err(e) = self.store.ping(Duration::from_secs(5)).await {
+            tracing::error!(error = %e, "the database stopped answering: stopping the run");
+            self.database_down
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+            self.stop.trigger();
+        }
+    }
+
+    /// Whether the database was found down during this coordinator's work.
+    pub fn database_down(&self) -> bool {
+        self.database_down.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// `publish PROJECT`: one project now. An unknown project is an input error.
@@ -304,6 +326,7 @@ impl<'a> Coordinator<'a> {
                 }
             }
         }
+        database_down |= self.database_down();
         summary.projects_scanned = outcomes.len() as u64;
         for o in outcomes.values() {
             summary.count(o);

@@ -86,6 +86,21 @@ impl Store {
         Ok(found)
     }
 
+    /// Whether the database answers within `timeout` (a fresh transaction, rolled back).
+    pub async fn ping(&self, timeout: std::time::Duration) -> Result<(), StoreError> {
+        let check = async {
+            let mut a = self.begin().await?;
+            a.project_exists("").await?;
+            a.rollback().await
+        };
+        match tokio::time::timeout(timeout, check).await {
+            Ok(result) => result,
+            Err(_) => Err(StoreError::Unavailable(format!(
+                "no answer within {timeout:?}"
+            ))),
+        }
+    }
+
     /// A page of pending projects after a cursor.
     pub async fn pending_page(&self, after: &str, limit: u32) -> Result<Vec<String>, StoreError> {
         let mut a = self.begin().await?;

@@ -35,7 +35,8 @@ pub fn many_projects(n: usize, packages: usize, tools: usize, pad: usize) -> Vec
             json!({"projectId": format!("p{p:05}"), "packages": pkgs})
         })
         .collect();
-    serde_json::to_vec(&json!({"schema": "package-executor/fixture@v1", "projects": projects})).unwrap()
+    serde_json::to_vec(&json!({"schema": "package-executor/fixture@v1", "projects": projects}))
+        .unwrap()
 }
 
 fn project(id: &str, mut packages: Vec<Value>) -> Value {
@@ -64,36 +65,152 @@ pub fn every_rejection() -> Vec<u8> {
     };
     let mut projects = vec![
         project("ok-empty", vec![]),
-        project("ok-tools", vec![package("good.pkg", active(revision("good.pkg", "1.0.0", vec![tool("a"), tool("b")], 10)))]),
-        project("ok-notools", vec![package("quiet.pkg", active(revision("quiet.pkg", "1.0.0", vec![], 10)))]),
-        project("r-too-many-packages", (0..129).map(|i| package(&format!("p{i:03}"), active(revision(&format!("p{i:03}"), "1.0.0", vec![], 0)))).collect()),
-        project("r-revision-missing", vec![package("a.pkg", json!({"generation": 1, "status": "active",
-            "revisionDigest": "sha256:1111111111111111111111111111111111111111111111111111111111111111"}))]),
-        project("r-revision-too-large", vec![package("a.pkg", json!({"generation": 1, "status": "active",
-            "revisionText": format!("{{\"pad\":\"{}\"}}", "x".repeat(24 * 1024 * 1024))}))]),
-        project("r-revision-digest-mismatch", vec![package("a.pkg", json!({"generation": 1, "status": "active",
+        project(
+            "ok-tools",
+            vec![package(
+                "good.pkg",
+                active(revision(
+                    "good.pkg",
+                    "1.0.0",
+                    vec![tool("a"), tool("b")],
+                    10,
+                )),
+            )],
+        ),
+        project(
+            "ok-notools",
+            vec![package(
+                "quiet.pkg",
+                active(revision("quiet.pkg", "1.0.0", vec![], 10)),
+            )],
+        ),
+        project(
+            "r-too-many-packages",
+            (0..129)
+                .map(|i| {
+                    package(
+                        &format!("p{i:03}"),
+                        active(revision(&format!("p{i:03}"), "1.0.0", vec![], 0)),
+                    )
+                })
+                .collect(),
+        ),
+        project(
+            "r-revision-missing",
+            vec![package(
+                "a.pkg",
+                json!({"generation": 1, "status": "active",
+            "revisionDigest": "sha256:1111111111111111111111111111111111111111111111111111111111111111"}),
+            )],
+        ),
+        project(
+            "r-revision-too-large",
+            vec![package(
+                "a.pkg",
+                json!({"generation": 1, "status": "active",
+            "revisionText": format!("{{\"pad\":\"{}\"}}", "x".repeat(24 * 1024 * 1024))}),
+            )],
+        ),
+        project(
+            "r-revision-digest-mismatch",
+            vec![package(
+                "a.pkg",
+                json!({"generation": 1, "status": "active",
             "revision": revision("a.pkg", "1.0.0", vec![], 0),
-            "revisionDigest": "sha256:2222222222222222222222222222222222222222222222222222222222222222"}))]),
-        project("r-revision-malformed", vec![package("a.pkg", json!({"generation": 1, "status": "active", "revisionText": "{\"schema\": 1"}))]),
-        project("r-package-mismatch", vec![package("a.pkg", active(revision("other.pkg", "1.0.0", vec![], 0)))]),
-        project("r-too-many-definitions", vec![package("a.pkg", active(revision("a.pkg", "1.0.0", (0..129).map(|i| tool(&format!("t{i}"))).collect(), 0)))]),
-        project("r-duplicate-definition", vec![package("a.pkg", active(revision("a.pkg", "1.0.0", vec![tool("x"), tool("x")], 0)))]),
-        project("r-identity-case-collision", vec![package("a.pkg", active(revision("a.pkg", "1.0.0", vec![tool("X"), tool("x")], 0)))]),
-        project("r-alias-collision", vec![
-            package("a.b", active(revision("a.b", "1.0.0", vec![tool("x")], 0))),
-            package("a_b", active(revision("a_b", "1.0.0", vec![tool("x")], 0))),
-        ]),
-        project("r-snapshot-too-large", vec![package("a.pkg", active(revision("a.pkg", "1.0.0", (0..42).map(|i| big(&format!("t{i}"))).collect(), 0)))]),
+            "revisionDigest": "sha256:2222222222222222222222222222222222222222222222222222222222222222"}),
+            )],
+        ),
+        project(
+            "r-revision-malformed",
+            vec![package(
+                "a.pkg",
+                json!({"generation": 1, "status": "active", "revisionText": "{\"schema\": 1"}),
+            )],
+        ),
+        project(
+            "r-package-mismatch",
+            vec![package(
+                "a.pkg",
+                active(revision("other.pkg", "1.0.0", vec![], 0)),
+            )],
+        ),
+        project(
+            "r-too-many-definitions",
+            vec![package(
+                "a.pkg",
+                active(revision(
+                    "a.pkg",
+                    "1.0.0",
+                    (0..129).map(|i| tool(&format!("t{i}"))).collect(),
+                    0,
+                )),
+            )],
+        ),
+        project(
+            "r-duplicate-definition",
+            vec![package(
+                "a.pkg",
+                active(revision("a.pkg", "1.0.0", vec![tool("x"), tool("x")], 0)),
+            )],
+        ),
+        project(
+            "r-identity-case-collision",
+            vec![package(
+                "a.pkg",
+                active(revision("a.pkg", "1.0.0", vec![tool("X"), tool("x")], 0)),
+            )],
+        ),
+        project(
+            "r-alias-collision",
+            vec![
+                package("a.b", active(revision("a.b", "1.0.0", vec![tool("x")], 0))),
+                package("a_b", active(revision("a_b", "1.0.0", vec![tool("x")], 0))),
+            ],
+        ),
+        project(
+            "r-snapshot-too-large",
+            vec![package(
+                "a.pkg",
+                active(revision(
+                    "a.pkg",
+                    "1.0.0",
+                    (0..42).map(|i| big(&format!("t{i}"))).collect(),
+                    0,
+                )),
+            )],
+        ),
     ];
     let with_member = |code: &str, member: &str, value: Value, approved: Vec<&str>| {
         let mut t = tool("t");
         t[member] = value;
-        project(&format!("r-{code}"), vec![package("a.pkg", json!({"generation": 1, "status": "active",
-            "approvedPermissions": approved, "revision": revision("a.pkg", "1.0.0", vec![t], 0)}))])
+        project(
+            &format!("r-{code}"),
+            vec![package(
+                "a.pkg",
+                json!({"generation": 1, "status": "active",
+            "approvedPermissions": approved, "revision": revision("a.pkg", "1.0.0", vec![t], 0)}),
+            )],
+        )
     };
-    projects.push(with_member("forbidden-field", "credentials", json!("s3cr3t"), vec![]));
+    projects.push(with_member(
+        "forbidden-field",
+        "credentials",
+        json!("s3cr3t"),
+        vec![],
+    ));
     projects.push(with_member("invalid-definition", "title", json!(7), vec![]));
-    projects.push(with_member("namespace-violation", "namespace", json!("b.pkg"), vec![]));
-    projects.push(with_member("permission-not-approved", "permissions", json!(["network"]), vec!["files"]));
-    serde_json::to_vec(&json!({"schema": "package-executor/fixture@v1", "projects": projects})).unwrap()
+    projects.push(with_member(
+        "namespace-violation",
+        "namespace",
+        json!("b.pkg"),
+        vec![],
+    ));
+    projects.push(with_member(
+        "permission-not-approved",
+        "permissions",
+        json!(["network"]),
+        vec!["files"],
+    ));
+    serde_json::to_vec(&json!({"schema": "package-executor/fixture@v1", "projects": projects}))
+        .unwrap()
 }
