@@ -22,18 +22,36 @@ async fn within<F: Future<Output = ()>>(f: F) {
         .expect("test timed out");
 }
 
+/// The stores a contract body uses: `admin` plays the control plane and the DBA (and, for
+/// trigger tests, the table owner); `exec` is the executor. On PostgreSQL the second variant
+/// connects the executor as a login that is a member of `ql3_package_executor` only, so no
+/// test passes merely because it ran as a superuser.
+struct Stores {
+    admin: Store,
+    exec: Store,
+}
+
 macro_rules! contract {
     ($($name:ident),* $(,)?) => {$(
         mod $name {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn postgres() {
                 let url = super::pg::fresh_db().await;
-                super::within(super::$name(super::connect(&url).await)).await;
+                let admin = super::connect(&url).await;
+                super::within(super::$name(super::Stores { exec: admin.clone(), admin })).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres_executor_login() {
+                let url = super::pg::fresh_db().await;
+                let admin = super::connect(&url).await;
+                let exec = super::connect(&super::pg::as_login(&url, "login_executor")).await;
+                super::within(super::$name(super::Stores { admin, exec })).await;
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn sqlite() {
                 let (url, _dir) = super::pg::fresh_sqlite().await;
-                super::within(super::$name(super::connect(&url).await)).await;
+                let admin = super::connect(&url).await;
+                super::within(super::$name(super::Stores { exec: admin.clone(), admin })).await;
             }
         }
     )*};
@@ -50,20 +68,20 @@ contract!(
     import_conflicts_abort_everything,
 );
 
-async fn import_publish_replay(store: Store) {
-    let first = import(&store, DEMO).await;
+async fn import_publish_replay(s: Stores) {
+    let first = import(&s.admin, DEMO).await;
     assert!(first.inserted > 0);
     assert_eq!(
-        import(&store, DEMO).await.inserted,
+        import(&s.admin, DEMO).await.inserted,
         0,
         "a second import changes nothing"
     );
 
-    let o = publish(&store, "demo-1").await;
+    let o = publish(&s.exec, "demo-1").await;
     assert!(matches!(o, Outcome::Published { .. }), "{o:?}");
     let digest = digest_of(&o);
-    assert_eq!(current_digest(&store, "demo-1").await, Some(digest.clone()));
-    let again = publish(&store, "demo-1").await;
+    assert_eq!(current_digest(&s.exec, "demo-1").await, Some(digest.clone()));
+    let again = publish(&s.exec, "demo-1").await;
     assert_eq!(
         again,
         Outcome::AlreadyCurrent {
@@ -72,7 +90,7 @@ async fn import_publish_replay(store: Store) {
     );
 
     // Exact replay: the same snapshot appended again is `replayed`, not a second row.
-    let mut a = store.begin().await.unwrap();
+    let mut a = s.exec.begin().await.unwrap();
     let heads: Vec<_> = a
         .observe("demo-1")
         .await
@@ -100,12 +118,12 @@ async fn import_publish_replay(store: Store) {
     );
     a.rollback().await.unwrap();
     assert_eq!(
-        scalar(&store, "SELECT COUNT(*) FROM ql3.tool_definition_snapshots").await,
+        scalar(&s.admin, "SELECT COUNT(*) FROM ql3.tool_definition_snapshots").await,
         1
     );
     assert_eq!(
         scalar(
-            &store,
+            &s.admin,
             "SELECT COUNT(*) FROM ql3.tool_definition_snapshot_sources"
         )
         .await,
@@ -113,18 +131,18 @@ async fn import_publish_replay(store: Store) {
     );
 
     // The stored document is the planner's, byte for byte, and the committed time has millis.
-    let current = store.find_current("demo-1").await.unwrap().unwrap();
+    let current = s.exec.find_current("demo-1").await.unwrap().unwrap();
     assert_eq!(current.canonical_json, snapshot.canonical_json);
     assert_eq!(current.committed_at.len(), 24, "{}", current.committed_at);
     assert!(current.committed_at.ends_with('Z'));
 
-    let rejected = publish(&store, "demo-rejected").await;
+    let rejected = publish(&s.exec, "demo-rejected").await;
     assert_eq!(rejected.reason(), Some("forbidden-field"));
     assert!(rejected.detail().unwrap().contains("handler"));
-    assert_eq!(current_digest(&store, "demo-rejected").await, None);
+    assert_eq!(current_digest(&s.exec, "demo-rejected").await, None);
     assert_eq!(
         scalar(
-            &store,
+            &s.admin,
             "SELECT COUNT(*) FROM ql3.tool_definition_snapshot_rejections"
         )
         .await,
@@ -132,12 +150,12 @@ async fn import_publish_replay(store: Store) {
     );
     // Recorded once per vector; a second publish reads the record, not the revisions.
     assert_eq!(
-        publish(&store, "demo-rejected").await.reason(),
+        publish(&s.exec, "demo-rejected").await.reason(),
         Some("forbidden-field")
     );
     assert_eq!(
         scalar(
-            &store,
+            &s.admin,
             "SELECT COUNT(*) FROM ql3.tool_definition_snapshot_rejections"
         )
         .await,
@@ -145,10 +163,10 @@ async fn import_publish_replay(store: Store) {
     );
 }
 
-async fn replay_mismatch_is_reported_not_overwritten(store: Store) {
-    import(&store, DEMO).await;
+async fn replay_mismatch_is_reported_not_overwritten(s: Stores) {
+    import(&s.admin, DEMO).await;
     // The digest the real build would give, found on a throwaway copy of the build.
-    let mut a = store.begin().await.unwrap();
+    let mut a = s.exec.begin().await.unwrap();
     let heads: Vec<_> = a
         .observe("demo-2")
         .await
@@ -159,75 +177,75 @@ async fn replay_mismatch_is_reported_not_overwritten(store: Store) {
     a.rollback().await.unwrap();
     let vector = planner::active_vector_digest("demo-2", &heads);
     let forged = "sha256:".to_owned() + &"ab".repeat(32);
-    let blob = match store.dialect() {
+    let blob = match s.admin.dialect() {
         Dialect::Postgres => "decode('7b7d', 'hex')",
         Dialect::Sqlite => "X'7B7D'",
     };
-    exec(&store, &format!(
+    exec(&s.admin, &format!(
         "INSERT INTO ql3.tool_definition_snapshots (project_id, active_vector_digest, definition_digest, \
          snapshot_digest, package_count, definition_count, canonical_json) \
          VALUES ('demo-2', '{vector}', '{forged}', '{forged}', 1, 0, {blob})"
     )).await.unwrap();
-    let o = publish(&store, "demo-2").await;
+    let o = publish(&s.exec, "demo-2").await;
     assert_eq!(o.name(), "integrity-violation", "{o:?}");
     assert_eq!(o.reason(), Some("replay-mismatch"));
     assert_eq!(
-        scalar(&store, "SELECT COUNT(*) FROM ql3.tool_definition_snapshots").await,
+        scalar(&s.admin, "SELECT COUNT(*) FROM ql3.tool_definition_snapshots").await,
         1
     );
     assert_eq!(
-        current_digest(&store, "demo-2").await,
+        current_digest(&s.exec, "demo-2").await,
         None,
         "a snapshot without sources is never current"
     );
 }
 
-async fn activation_lifecycle(store: Store) {
-    import(&store, DEMO).await;
-    let s1 = digest_of(&publish(&store, "demo-1").await);
+async fn activation_lifecycle(s: Stores) {
+    import(&s.admin, DEMO).await;
+    let s1 = digest_of(&publish(&s.exec, "demo-1").await);
     // Generation 3 is staged; moving it through the pre-activation states keeps S1 current.
     for status in ["queued", "staged", "activating"] {
-        exec(&store, &format!(
+        exec(&s.admin, &format!(
             "UPDATE ql3.package_generations SET status = '{status}' WHERE installation_id = 'demo-1-github' AND generation = 3"
         )).await.unwrap();
         assert_eq!(
-            current_digest(&store, "demo-1").await,
+            current_digest(&s.exec, "demo-1").await,
             Some(s1.clone()),
             "during {status}"
         );
     }
-    sources::activate(&store, "demo-1-github", 3).await.unwrap();
+    sources::activate(&s.admin, "demo-1-github", 3).await.unwrap();
     assert_eq!(
-        current_digest(&store, "demo-1").await,
+        current_digest(&s.exec, "demo-1").await,
         None,
         "the old snapshot is not current once activation commits"
     );
-    let s2 = digest_of(&publish(&store, "demo-1").await);
+    let s2 = digest_of(&publish(&s.exec, "demo-1").await);
     assert_ne!(s1, s2);
-    assert_eq!(current_digest(&store, "demo-1").await, Some(s2.clone()));
+    assert_eq!(current_digest(&s.exec, "demo-1").await, Some(s2.clone()));
     // Rolling back to generation 2 makes the vector of S1 live again: S1 is current again.
-    sources::activate(&store, "demo-1-github", 2).await.unwrap();
-    assert_eq!(current_digest(&store, "demo-1").await, Some(s1.clone()));
+    sources::activate(&s.admin, "demo-1-github", 2).await.unwrap();
+    assert_eq!(current_digest(&s.exec, "demo-1").await, Some(s1.clone()));
     // Activation from a status that is not staged/activating/superseded is refused.
-    exec(&store, "UPDATE ql3.package_generations SET status = 'failed' WHERE installation_id = 'demo-1-github' AND generation = 3").await.unwrap();
-    assert!(sources::activate(&store, "demo-1-github", 3).await.is_err());
+    exec(&s.admin, "UPDATE ql3.package_generations SET status = 'failed' WHERE installation_id = 'demo-1-github' AND generation = 3").await.unwrap();
+    assert!(sources::activate(&s.admin, "demo-1-github", 3).await.is_err());
     assert!(
-        sources::activate(&store, "no-such-installation", 1)
+        sources::activate(&s.admin, "no-such-installation", 1)
             .await
             .is_err()
     );
 }
 
-async fn removal_and_empty_project(store: Store) {
-    import(&store, DEMO).await;
-    let s1 = digest_of(&publish(&store, "demo-1").await);
-    sources::remove(&store, "demo-1", "acme.docs")
+async fn removal_and_empty_project(s: Stores) {
+    import(&s.admin, DEMO).await;
+    let s1 = digest_of(&publish(&s.exec, "demo-1").await);
+    sources::remove(&s.admin, "demo-1", "acme.docs")
         .await
         .unwrap();
-    assert_eq!(current_digest(&store, "demo-1").await, None);
-    let s2 = digest_of(&publish(&store, "demo-1").await);
+    assert_eq!(current_digest(&s.exec, "demo-1").await, None);
+    let s2 = digest_of(&publish(&s.exec, "demo-1").await);
     assert_ne!(s1, s2);
-    let doc = store
+    let doc = s.exec
         .find_current("demo-1")
         .await
         .unwrap()
@@ -236,14 +254,14 @@ async fn removal_and_empty_project(store: Store) {
     let doc: serde_json::Value = serde_json::from_slice(&doc).unwrap();
     assert_eq!(doc["activeVector"].as_array().unwrap().len(), 1);
     assert!(
-        sources::remove(&store, "demo-1", "acme.docs").await.is_ok(),
+        sources::remove(&s.admin, "demo-1", "acme.docs").await.is_ok(),
         "removing twice is harmless"
     );
-    assert!(sources::remove(&store, "demo-1", "nope").await.is_err());
+    assert!(sources::remove(&s.admin, "demo-1", "nope").await.is_err());
 
-    let empty = publish(&store, "demo-empty").await;
+    let empty = publish(&s.exec, "demo-empty").await;
     assert!(matches!(empty, Outcome::Published { .. }));
-    let doc = store
+    let doc = s.exec
         .find_current("demo-empty")
         .await
         .unwrap()
@@ -253,13 +271,13 @@ async fn removal_and_empty_project(store: Store) {
     assert_eq!(doc["activeVector"], serde_json::json!([]));
     assert_eq!(doc["definitions"], serde_json::json!([]));
     // Removing every package leaves a legal empty snapshot too.
-    sources::remove(&store, "demo-1", "acme.github")
+    sources::remove(&s.admin, "demo-1", "acme.github")
         .await
         .unwrap();
-    let s3 = publish(&store, "demo-1").await;
+    let s3 = publish(&s.exec, "demo-1").await;
     assert!(matches!(s3, Outcome::Published { .. }));
     assert!(
-        store
+        s.exec
             .find_current("missing-project")
             .await
             .unwrap()
@@ -267,9 +285,9 @@ async fn removal_and_empty_project(store: Store) {
     );
 }
 
-async fn current_proof_refuses_partial_matches(store: Store) {
-    import(&store, DEMO).await;
-    let mut a = store.begin().await.unwrap();
+async fn current_proof_refuses_partial_matches(s: Stores) {
+    import(&s.admin, DEMO).await;
+    let mut a = s.exec.begin().await.unwrap();
     let live: Vec<_> = a
         .observe("demo-1")
         .await
@@ -302,7 +320,7 @@ async fn current_proof_refuses_partial_matches(store: Store) {
             sources,
             definition_count: 0,
         };
-        let mut a = store.begin().await.unwrap();
+        let mut a = s.exec.begin().await.unwrap();
         assert_eq!(
             a.insert_snapshot(&fake).await.unwrap(),
             InsertOutcome::Published
@@ -310,21 +328,21 @@ async fn current_proof_refuses_partial_matches(store: Store) {
         a.commit().await.unwrap();
         // Force package_count to the live count is impossible (append-only), so the subset row
         // has count 1 and the superset 3: both must be absent.
-        assert_eq!(current_digest(&store, "demo-1").await, None, "{label}");
+        assert_eq!(current_digest(&s.exec, "demo-1").await, None, "{label}");
     }
-    let real = digest_of(&publish(&store, "demo-1").await);
-    assert_eq!(current_digest(&store, "demo-1").await, Some(real.clone()));
+    let real = digest_of(&publish(&s.exec, "demo-1").await);
+    assert_eq!(current_digest(&s.exec, "demo-1").await, Some(real.clone()));
     // A head pointing at a generation that is not active: absent, never a fallback.
-    exec(&store, "UPDATE ql3.package_generations SET status = 'superseded' WHERE installation_id = 'demo-1-docs' AND generation = 1").await.unwrap();
-    assert_eq!(current_digest(&store, "demo-1").await, None);
-    exec(&store, "UPDATE ql3.package_generations SET status = 'active' WHERE installation_id = 'demo-1-docs' AND generation = 1").await.unwrap();
-    assert_eq!(current_digest(&store, "demo-1").await, Some(real));
+    exec(&s.admin, "UPDATE ql3.package_generations SET status = 'superseded' WHERE installation_id = 'demo-1-docs' AND generation = 1").await.unwrap();
+    assert_eq!(current_digest(&s.exec, "demo-1").await, None);
+    exec(&s.admin, "UPDATE ql3.package_generations SET status = 'active' WHERE installation_id = 'demo-1-docs' AND generation = 1").await.unwrap();
+    assert_eq!(current_digest(&s.exec, "demo-1").await, Some(real));
 }
 
-async fn append_only_tables(store: Store) {
-    import(&store, DEMO).await;
-    publish(&store, "demo-1").await;
-    publish(&store, "demo-rejected").await;
+async fn append_only_tables(s: Stores) {
+    import(&s.admin, DEMO).await;
+    publish(&s.exec, "demo-1").await;
+    publish(&s.exec, "demo-rejected").await;
     let tables = [
         "tool_definition_snapshots",
         "tool_definition_snapshot_sources",
@@ -341,14 +359,14 @@ async fn append_only_tables(store: Store) {
         } else {
             col
         };
-        let update = exec(&store, &format!("UPDATE ql3.{t} SET {col} = {col}"))
+        let update = exec(&s.admin, &format!("UPDATE ql3.{t} SET {col} = {col}"))
             .await
             .unwrap_err();
         assert!(
             update.contains("append-only") && update.contains("UPDATE"),
             "{t}: {update}"
         );
-        let delete = exec(&store, &format!("DELETE FROM ql3.{t}"))
+        let delete = exec(&s.admin, &format!("DELETE FROM ql3.{t}"))
             .await
             .unwrap_err();
         assert!(
@@ -356,10 +374,10 @@ async fn append_only_tables(store: Store) {
             "{t}: {delete}"
         );
     }
-    match store.dialect() {
+    match s.admin.dialect() {
         Dialect::Postgres => {
             for t in tables {
-                let e = exec(&store, &format!("TRUNCATE ql3.{t} CASCADE"))
+                let e = exec(&s.admin, &format!("TRUNCATE ql3.{t} CASCADE"))
                     .await
                     .unwrap_err();
                 assert!(
@@ -368,7 +386,7 @@ async fn append_only_tables(store: Store) {
                 );
             }
             // Replica mode does not switch the triggers off (ENABLE ALWAYS), even for the owner.
-            let pool = store.pg_pool().unwrap();
+            let pool = s.admin.pg_pool().unwrap();
             let mut tx = pool.begin().await.unwrap();
             sqlx::query("SET LOCAL session_replication_role = replica")
                 .execute(&mut *tx)
@@ -397,30 +415,30 @@ async fn append_only_tables(store: Store) {
             tx.rollback().await.unwrap();
         }
         Dialect::Sqlite => {
-            let before = scalar(&store, "SELECT COUNT(*) FROM tool_definition_snapshots").await;
-            let digest_before = current_digest(&store, "demo-1").await;
-            let n = exec(&store, "INSERT OR REPLACE INTO tool_definition_snapshots \
+            let before = scalar(&s.admin, "SELECT COUNT(*) FROM tool_definition_snapshots").await;
+            let digest_before = current_digest(&s.exec, "demo-1").await;
+            let n = exec(&s.admin, "INSERT OR REPLACE INTO tool_definition_snapshots \
                 (snapshot_id, project_id, active_vector_digest, definition_digest, snapshot_digest, package_count, definition_count, canonical_json) \
                 SELECT snapshot_id, project_id, active_vector_digest, definition_digest, \
                 'sha256:' || substr(hex(zeroblob(32)), 1, 64), package_count, definition_count, X'00' \
                 FROM tool_definition_snapshots").await;
             assert!(n.is_ok(), "{n:?}");
-            exec(&store, "REPLACE INTO tool_definition_snapshot_rejections (project_id, active_vector_digest, reason, detail) \
+            exec(&s.admin, "REPLACE INTO tool_definition_snapshot_rejections (project_id, active_vector_digest, reason, detail) \
                 SELECT project_id, active_vector_digest, 'source-invalid', 'x' FROM tool_definition_snapshot_rejections").await.unwrap();
             assert_eq!(
-                scalar(&store, "SELECT COUNT(*) FROM tool_definition_snapshots").await,
+                scalar(&s.admin, "SELECT COUNT(*) FROM tool_definition_snapshots").await,
                 before
             );
             assert_eq!(
-                current_digest(&store, "demo-1").await,
+                current_digest(&s.exec, "demo-1").await,
                 digest_before,
                 "INSERT OR REPLACE left the row unchanged"
             );
-            assert_eq!(scalar(&store, "SELECT COUNT(*) FROM tool_definition_snapshot_rejections WHERE reason = 'forbidden-field'").await, 1);
+            assert_eq!(scalar(&s.admin, "SELECT COUNT(*) FROM tool_definition_snapshot_rejections WHERE reason = 'forbidden-field'").await, 1);
         }
     }
     let e = exec(
-        &store,
+        &s.admin,
         "UPDATE ql3.materialized_revisions SET byte_length = byte_length",
     )
     .await
@@ -428,8 +446,8 @@ async fn append_only_tables(store: Store) {
     assert!(e.contains("append-only"), "{e}");
 }
 
-async fn generations_are_immutable(store: Store) {
-    import(&store, DEMO).await;
+async fn generations_are_immutable(s: Stores) {
+    import(&s.admin, DEMO).await;
     for (col, value) in [
         (
             "lock_digest",
@@ -445,13 +463,13 @@ async fn generations_are_immutable(store: Store) {
         ),
         ("approved_permissions", "'[\"everything\"]'"),
     ] {
-        let e = exec(&store, &format!("UPDATE ql3.package_generations SET {col} = {value} WHERE installation_id = 'demo-1-github'"))
+        let e = exec(&s.admin, &format!("UPDATE ql3.package_generations SET {col} = {value} WHERE installation_id = 'demo-1-github'"))
             .await
             .unwrap_err();
         assert!(e.contains("immutable"), "{col}: {e}");
     }
     // Status moves.
-    exec(&store, "UPDATE ql3.package_generations SET status = 'failed' WHERE installation_id = 'demo-1-github' AND generation = 3").await.unwrap();
+    exec(&s.admin, "UPDATE ql3.package_generations SET status = 'failed' WHERE installation_id = 'demo-1-github' AND generation = 3").await.unwrap();
     // Format checks on source rows.
     for bad in [
         "INSERT INTO ql3.projects (project_id) VALUES ('bad id')",
@@ -463,14 +481,14 @@ async fn generations_are_immutable(store: Store) {
         "INSERT INTO ql3.package_generations (installation_id, generation, status, generation_digest, lock_digest, revision_digest, approved_permissions) VALUES ('demo-1-docs', 9, 'staged', 'sha256:0000000000000000000000000000000000000000000000000000000000000000', 'sha256:0000000000000000000000000000000000000000000000000000000000000000', 'sha256:0000000000000000000000000000000000000000000000000000000000000000', '[\"a\",\"a\"]')",
         "INSERT INTO ql3.package_generations (installation_id, generation, status, generation_digest, lock_digest, revision_digest) VALUES ('demo-1-docs', 9, 'weird', 'sha256:0000000000000000000000000000000000000000000000000000000000000000', 'sha256:0000000000000000000000000000000000000000000000000000000000000000', 'sha256:0000000000000000000000000000000000000000000000000000000000000000')",
     ] {
-        assert!(exec(&store, bad).await.is_err(), "accepted: {bad}");
+        assert!(exec(&s.admin, bad).await.is_err(), "accepted: {bad}");
     }
-    exec(&store, "INSERT INTO ql3.package_installations (installation_id, project_id, package_name) VALUES ('i-z', 'demo-1', '@scope/pkg-1.x_y')").await.unwrap();
+    exec(&s.admin, "INSERT INTO ql3.package_installations (installation_id, project_id, package_name) VALUES ('i-z', 'demo-1', '@scope/pkg-1.x_y')").await.unwrap();
 }
 
-async fn import_conflicts_abort_everything(store: Store) {
-    import(&store, DEMO).await;
-    let before = scalar(&store, "SELECT COUNT(*) FROM ql3.projects").await;
+async fn import_conflicts_abort_everything(s: Stores) {
+    import(&s.admin, DEMO).await;
+    let before = scalar(&s.admin, "SELECT COUNT(*) FROM ql3.projects").await;
     // A new project plus a conflicting immutable column on an existing generation.
     let text = String::from_utf8(DEMO.to_vec()).unwrap();
     let conflicting = text
@@ -486,22 +504,22 @@ async fn import_conflicts_abort_everything(store: Store) {
         );
     assert_ne!(conflicting, text);
     let fixture = sources::parse_fixture(conflicting.as_bytes()).unwrap();
-    let err = sources::import(&store, &fixture).await.unwrap_err();
+    let err = sources::import(&s.admin, &fixture).await.unwrap_err();
     assert!(err.to_string().contains("immutable"), "{err}");
     assert_eq!(
-        scalar(&store, "SELECT COUNT(*) FROM ql3.projects").await,
+        scalar(&s.admin, "SELECT COUNT(*) FROM ql3.projects").await,
         before,
         "all or nothing"
     );
     // Missing revision needs a digest; revisionText is stored raw.
     let missing = br#"{"schema":"package-executor/fixture@v1","projects":[{"projectId":"m","packages":[{"packageName":"a","installationId":"m-a","generations":[{"generation":1,"status":"active"}]}]}]}"#;
     let fixture = sources::parse_fixture(missing).unwrap();
-    assert!(sources::import(&store, &fixture).await.is_err());
+    assert!(sources::import(&s.admin, &fixture).await.is_err());
     let raw = br#"{"schema":"package-executor/fixture@v1","projects":[{"projectId":"m","packages":[{"packageName":"a","installationId":"m-a","generations":[{"generation":1,"status":"active","revisionText":"not json"}]}]}]}"#;
     let fixture = sources::parse_fixture(raw).unwrap();
-    sources::import(&store, &fixture).await.unwrap();
+    sources::import(&s.admin, &fixture).await.unwrap();
     assert_eq!(
-        publish(&store, "m").await.reason(),
+        publish(&s.exec, "m").await.reason(),
         Some("revision-malformed")
     );
     assert!(sources::parse_fixture(br#"{"schema":"nope","projects":[]}"#).is_err());

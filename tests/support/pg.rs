@@ -27,6 +27,16 @@ static CLUSTER: OnceLock<PgCluster> = OnceLock::new();
 static NEXT_DB: AtomicUsize = AtomicUsize::new(0);
 pub const TEMPLATE: &str = "ql3_template";
 
+/// Test logins, each a member of exactly one group role.
+pub const LOGINS: [(&str, &str); 6] = [
+    ("login_owner", "ql3_owner"),
+    ("login_control_plane", "ql3_control_plane"),
+    ("login_executor", "ql3_package_executor"),
+    ("login_consumer", "ql3_tool_consumer"),
+    ("login_worker", "ql3_worker"),
+    ("login_api", "ql3_api"),
+];
+
 fn bindir() -> PathBuf {
     if let Ok(out) = Command::new("pg_config").arg("--bindir").output() {
         let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
@@ -252,6 +262,18 @@ pub fn cluster() -> &'static PgCluster {
                 .await
                 .expect("connect template");
             store.migrate(true, None).await.expect("migrate template");
+            // One real LOGIN per group role, member of that role only (roles are cluster-wide).
+            let pool = store.pg_pool().expect("pg").clone();
+            for (login, role) in LOGINS {
+                sqlx::query(sqlx::AssertSqlSafe(format!("CREATE ROLE {login} LOGIN")))
+                    .execute(&pool)
+                    .await
+                    .expect("create login");
+                sqlx::query(sqlx::AssertSqlSafe(format!("GRANT {role} TO {login}")))
+                    .execute(&pool)
+                    .await
+                    .expect("grant role");
+            }
             store.close().await;
         });
         cluster
@@ -282,6 +304,11 @@ pub async fn fresh_db() -> String {
         store.close().await;
     });
     c.url(&name)
+}
+
+/// Swaps the user of a database URL.
+pub fn as_login(url: &str, login: &str) -> String {
+    url.replacen("postgres://postgres@", &format!("postgres://{login}@"), 1)
 }
 
 /// A fresh, migrated SQLite file; returns its URL and keeps the directory alive.
