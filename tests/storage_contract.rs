@@ -80,7 +80,10 @@ async fn import_publish_replay(s: Stores) {
     let o = publish(&s.exec, "demo-1").await;
     assert!(matches!(o, Outcome::Published { .. }), "{o:?}");
     let digest = digest_of(&o);
-    assert_eq!(current_digest(&s.exec, "demo-1").await, Some(digest.clone()));
+    assert_eq!(
+        current_digest(&s.exec, "demo-1").await,
+        Some(digest.clone())
+    );
     let again = publish(&s.exec, "demo-1").await;
     assert_eq!(
         again,
@@ -118,7 +121,11 @@ async fn import_publish_replay(s: Stores) {
     );
     a.rollback().await.unwrap();
     assert_eq!(
-        scalar(&s.admin, "SELECT COUNT(*) FROM ql3.tool_definition_snapshots").await,
+        scalar(
+            &s.admin,
+            "SELECT COUNT(*) FROM ql3.tool_definition_snapshots"
+        )
+        .await,
         1
     );
     assert_eq!(
@@ -190,7 +197,11 @@ async fn replay_mismatch_is_reported_not_overwritten(s: Stores) {
     assert_eq!(o.name(), "integrity-violation", "{o:?}");
     assert_eq!(o.reason(), Some("replay-mismatch"));
     assert_eq!(
-        scalar(&s.admin, "SELECT COUNT(*) FROM ql3.tool_definition_snapshots").await,
+        scalar(
+            &s.admin,
+            "SELECT COUNT(*) FROM ql3.tool_definition_snapshots"
+        )
+        .await,
         1
     );
     assert_eq!(
@@ -214,7 +225,9 @@ async fn activation_lifecycle(s: Stores) {
             "during {status}"
         );
     }
-    sources::activate(&s.admin, "demo-1-github", 3).await.unwrap();
+    sources::activate(&s.admin, "demo-1-github", 3)
+        .await
+        .unwrap();
     assert_eq!(
         current_digest(&s.exec, "demo-1").await,
         None,
@@ -224,11 +237,17 @@ async fn activation_lifecycle(s: Stores) {
     assert_ne!(s1, s2);
     assert_eq!(current_digest(&s.exec, "demo-1").await, Some(s2.clone()));
     // Rolling back to generation 2 makes the vector of S1 live again: S1 is current again.
-    sources::activate(&s.admin, "demo-1-github", 2).await.unwrap();
+    sources::activate(&s.admin, "demo-1-github", 2)
+        .await
+        .unwrap();
     assert_eq!(current_digest(&s.exec, "demo-1").await, Some(s1.clone()));
     // Activation from a status that is not staged/activating/superseded is refused.
     exec(&s.admin, "UPDATE ql3.package_generations SET status = 'failed' WHERE installation_id = 'demo-1-github' AND generation = 3").await.unwrap();
-    assert!(sources::activate(&s.admin, "demo-1-github", 3).await.is_err());
+    assert!(
+        sources::activate(&s.admin, "demo-1-github", 3)
+            .await
+            .is_err()
+    );
     assert!(
         sources::activate(&s.admin, "no-such-installation", 1)
             .await
@@ -245,7 +264,8 @@ async fn removal_and_empty_project(s: Stores) {
     assert_eq!(current_digest(&s.exec, "demo-1").await, None);
     let s2 = digest_of(&publish(&s.exec, "demo-1").await);
     assert_ne!(s1, s2);
-    let doc = s.exec
+    let doc = s
+        .exec
         .find_current("demo-1")
         .await
         .unwrap()
@@ -254,14 +274,17 @@ async fn removal_and_empty_project(s: Stores) {
     let doc: serde_json::Value = serde_json::from_slice(&doc).unwrap();
     assert_eq!(doc["activeVector"].as_array().unwrap().len(), 1);
     assert!(
-        sources::remove(&s.admin, "demo-1", "acme.docs").await.is_ok(),
+        sources::remove(&s.admin, "demo-1", "acme.docs")
+            .await
+            .is_ok(),
         "removing twice is harmless"
     );
     assert!(sources::remove(&s.admin, "demo-1", "nope").await.is_err());
 
     let empty = publish(&s.exec, "demo-empty").await;
     assert!(matches!(empty, Outcome::Published { .. }));
-    let doc = s.exec
+    let doc = s
+        .exec
         .find_current("demo-empty")
         .await
         .unwrap()

@@ -143,10 +143,12 @@ impl Store {
                 .fetch_all(&mut *tx)
                 .await?;
             let applied = versions(&applied)?;
+            let mut top = applied.iter().map(|(v, _)| *v).max().unwrap_or(0);
             for m in wanted {
                 if check_applied(m, &applied)? {
                     continue;
                 }
+                top = top.max(m.version);
                 sqlx::raw_sql(m.sql)
                     .execute(&mut *tx)
                     .await
@@ -159,6 +161,13 @@ impl Store {
                     .await?;
                 report.applied.push(m.name.to_owned());
             }
+            // The version is also kept where every login can read it (runtime logins have no
+            // access to the bookkeeping table).
+            sqlx::query(AssertSqlSafe(format!(
+                "COMMENT ON SCHEMA ql3 IS 'package-executor schema version {top}'"
+            )))
+            .execute(&mut *tx)
+            .await?;
             tx.commit().await?;
         } else if let Some(pool) = self.sqlite_pool() {
             let mut conn = pool.acquire().await?;
@@ -206,20 +215,27 @@ impl Store {
 
     /// Fails with [`StoreError::NotMigrated`] unless every migration of this build is applied.
     pub async fn check_migrated(&self) -> Result<(), StoreError> {
-        let table = match self.dialect() {
-            Dialect::Postgres => "ql3.schema_migrations",
-            Dialect::Sqlite => "schema_migrations",
-        };
-        let text = format!("SELECT COALESCE(MAX(version), 0) AS v FROM {table}");
         let v: i64 = match (self.pg_pool(), self.sqlite_pool()) {
-            (Some(p), _) => sqlx::query(AssertSqlSafe(text))
-                .fetch_one(p)
-                .await?
-                .try_get("v")?,
-            (_, Some(p)) => sqlx::query(AssertSqlSafe(text))
-                .fetch_one(p)
-                .await?
-                .try_get("v")?,
+            // Runtime logins cannot read the bookkeeping table; the schema comment says the
+            // version to everyone with USAGE.
+            (Some(p), _) => {
+                let comment: Option<String> =
+                    sqlx::query("SELECT obj_description('ql3'::regnamespace, 'pg_namespace') AS c")
+                        .fetch_one(p)
+                        .await?
+                        .try_get("c")?;
+                comment
+                    .as_deref()
+                    .and_then(|c| c.strip_prefix("package-executor schema version "))
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0)
+            }
+            (_, Some(p)) => {
+                sqlx::query("SELECT COALESCE(MAX(version), 0) AS v FROM schema_migrations")
+                    .fetch_one(p)
+                    .await?
+                    .try_get("v")?
+            }
             _ => 0,
         };
         let latest = self.migrations().last().map_or(0, |m| m.version);

@@ -1,0 +1,352 @@
+//! PostgreSQL least privilege (SPEC section 8), on a real server, through real LOGIN members of
+//! each group role.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "support/db.rs"]
+mod db;
+#[path = "support/pg.rs"]
+mod pg;
+
+use std::time::Duration;
+
+use db::*;
+use sqlx::{Connection, PgConnection, Row};
+
+const D: &str = "'sha256:0000000000000000000000000000000000000000000000000000000000000000'";
+
+fn tables() -> Vec<(&'static str, String, &'static str)> {
+    // (table, an INSERT of valid new values, WHERE clause for UPDATE/DELETE: source tables use
+    // `false` so only privileges are checked; snapshot tables `true` so their triggers fire)
+    vec![
+        ("projects", "INSERT INTO ql3.projects VALUES ('matrix-p')".into(), "false"),
+        ("package_installations", "INSERT INTO ql3.package_installations VALUES ('matrix-i', 'demo-1', 'matrix.pkg', NULL)".into(), "false"),
+        ("package_generations", format!("INSERT INTO ql3.package_generations VALUES ('demo-1-docs', 99, 'staged', {D}, {D}, {D}, '[]')"), "false"),
+        ("materialized_revisions", format!("INSERT INTO ql3.materialized_revisions VALUES ({}, decode('7b7d', 'hex'), 2)", D.replace("0000'", "0001'")), "true"),
+        ("tool_definition_snapshots", format!("INSERT INTO ql3.tool_definition_snapshots (project_id, active_vector_digest, definition_digest, snapshot_digest, package_count, definition_count, canonical_json) VALUES ('matrix-p2', {D}, {D}, {}, 0, 0, decode('7b7d', 'hex'))", D.replace("0000'", "0002'")), "true"),
+        ("tool_definition_snapshot_sources", format!("INSERT INTO ql3.tool_definition_snapshot_sources SELECT min(snapshot_id), 'zzz.pkg', 'zzz', 1, {D}, {D}, {D} FROM ql3.tool_definition_snapshots"), "true"),
+        ("tool_definition_snapshot_rejections", format!("INSERT INTO ql3.tool_definition_snapshot_rejections (project_id, active_vector_digest, reason, detail) VALUES ('matrix-p3', {D}, 'source-invalid', 'x')"), "true"),
+    ]
+}
+
+fn first_column(table: &str) -> &'static str {
+    match table {
+        "projects" | "tool_definition_snapshots" | "tool_definition_snapshot_rejections" => {
+            "project_id"
+        }
+        "package_installations" | "package_generations" => "installation_id",
+        "materialized_revisions" => "byte_length",
+        _ => "lock_digest",
+    }
+}
+
+/// Runs one statement in a transaction that is always rolled back; "ok" or the SQLSTATE.
+async fn attempt(conn: &mut PgConnection, sql: &str) -> String {
+    let mut tx = conn.begin().await.unwrap();
+    let r = sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
+        .execute(&mut *tx)
+        .await;
+    let out = match r {
+        Ok(_) => "ok".to_owned(),
+        Err(sqlx::Error::Database(e)) => e
+            .code()
+            .map(|c| c.into_owned())
+            .unwrap_or_else(|| "??".into()),
+        Err(e) => panic!("{sql}: {e}"),
+    };
+    tx.rollback().await.ok();
+    out
+}
+
+fn expected(role: &str, op: &str, table: &str) -> &'static str {
+    let snapshot = table.starts_with("tool_definition");
+    let source = !snapshot && !table.starts_with("fn:") && !table.starts_with("schema:");
+    match (role, op) {
+        ("ql3_owner", "SELECT" | "INSERT") => "ok",
+        ("ql3_owner", "UPDATE" | "DELETE" | "TRUNCATE") if snapshot => "P0001",
+        ("ql3_owner", "UPDATE") if table == "materialized_revisions" => "P0001",
+        ("ql3_owner", "UPDATE" | "DELETE" | "TRUNCATE" | "DISABLE TRIGGER") => "ok",
+        ("ql3_owner", "EXECUTE") => "ok",
+        ("ql3_owner", "CREATE") if table == "schema:ql3" => "ok",
+        ("ql3_control_plane", "SELECT" | "INSERT" | "DELETE") if source => "ok",
+        ("ql3_control_plane", "UPDATE") if table == "materialized_revisions" => "P0001",
+        ("ql3_control_plane", "UPDATE") if source => "ok",
+        ("ql3_package_executor", "SELECT") if source || snapshot => "ok",
+        ("ql3_package_executor", "INSERT") if snapshot => "ok",
+        ("ql3_package_executor", "EXECUTE") if table == "fn:find_current_tool_snapshot" => "ok",
+        ("ql3_tool_consumer", "EXECUTE") if table == "fn:current_tool_snapshot" => "ok",
+        _ => "42501",
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn privilege_matrix() {
+    tokio::time::timeout(Duration::from_secs(300), async {
+        let url = pg::fresh_db().await;
+        let admin = connect(&url).await;
+        import(&admin, DEMO).await;
+        publish(&admin, "demo-1").await;
+        publish(&admin, "demo-rejected").await;
+        let mut failures = Vec::new();
+        let mut matrix = String::from("role                  operation        object                               result\n");
+        for (login, role) in pg::LOGINS {
+            let mut conn = PgConnection::connect(&pg::as_login(&url, login)).await.unwrap();
+            let mut ops: Vec<(&str, String, String)> = Vec::new();
+            for (table, insert, filter) in tables() {
+                let col = first_column(table);
+                ops.push(("SELECT", table.into(), format!("SELECT * FROM ql3.{table} LIMIT 1")));
+                ops.push(("INSERT", table.into(), insert.clone()));
+                ops.push(("UPDATE", table.into(), format!("UPDATE ql3.{table} SET {col} = {col} WHERE {filter}")));
+                ops.push(("DELETE", table.into(), format!("DELETE FROM ql3.{table} WHERE {}", if filter == "true" && table != "materialized_revisions" { "true" } else { "false" })));
+                ops.push(("TRUNCATE", table.into(), format!("TRUNCATE ql3.{table} CASCADE")));
+            }
+            ops.push(("EXECUTE", "fn:find_current_tool_snapshot".into(), "SELECT * FROM ql3.find_current_tool_snapshot('demo-1')".into()));
+            ops.push(("EXECUTE", "fn:current_tool_snapshot".into(), "SELECT * FROM ql3.current_tool_snapshot('demo-1')".into()));
+            ops.push(("CREATE", "schema:ql3".into(), "CREATE TABLE ql3.matrix_probe (x int)".into()));
+            ops.push(("CREATE", "schema:public".into(), "CREATE TABLE public.matrix_probe (x int)".into()));
+            ops.push(("DISABLE TRIGGER", "tool_definition_snapshots".into(), "ALTER TABLE ql3.tool_definition_snapshots DISABLE TRIGGER tool_definition_snapshots_append_only".into()));
+            for (op, object, sql) in ops {
+                let got = attempt(&mut conn, &sql).await;
+                let want = if op == "DISABLE TRIGGER" { if role == "ql3_owner" { "ok" } else { "42501" } } else { expected(role, op, &object) };
+                let mark = if got == want { "" } else { "   <-- expected " };
+                matrix.push_str(&format!("{role:<21} {op:<16} {object:<36} {got}{mark}{}\n", if got == want { "" } else { want }));
+                if got != want {
+                    failures.push(format!("{role} {op} {object}: got {got}, want {want}"));
+                }
+            }
+        }
+        println!("{matrix}");
+        assert!(failures.is_empty(), "privilege matrix mismatches:\n{}", failures.join("\n"));
+    })
+    .await
+    .expect("timed out");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catalog_is_locked_down() {
+    let url = pg::fresh_db().await;
+    let admin = connect(&url).await;
+    let pool = admin.pg_pool().unwrap();
+    let definer_without_path: i64 = sqlx::query(
+        "SELECT COUNT(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+         WHERE n.nspname = 'ql3' AND p.prosecdef
+           AND NOT EXISTS (SELECT 1 FROM unnest(coalesce(p.proconfig, '{}')) c WHERE c LIKE 'search_path=%')")
+        .fetch_one(pool).await.unwrap().get(0);
+    assert_eq!(
+        definer_without_path, 0,
+        "every SECURITY DEFINER function pins search_path"
+    );
+    let definers: i64 = sqlx::query("SELECT COUNT(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'ql3' AND p.prosecdef")
+        .fetch_one(pool).await.unwrap().get(0);
+    assert_eq!(
+        definers, 1,
+        "only current_tool_snapshot is SECURITY DEFINER"
+    );
+    let public_grants: Vec<String> = sqlx::query(
+        "SELECT 'schema ql3' FROM pg_namespace n, aclexplode(n.nspacl) a WHERE n.nspname = 'ql3' AND a.grantee = 0
+         UNION ALL
+         SELECT 'relation ' || c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace, aclexplode(c.relacl) a
+           WHERE n.nspname = 'ql3' AND a.grantee = 0
+         UNION ALL
+         SELECT 'function ' || p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace,
+           aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a
+           WHERE n.nspname = 'ql3' AND a.grantee = 0")
+        .fetch_all(pool).await.unwrap().iter().map(|r| r.get::<String, _>(0)).collect();
+    assert!(public_grants.is_empty(), "PUBLIC holds: {public_grants:?}");
+    let not_always: Vec<String> = sqlx::query(
+        "SELECT t.tgname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+         WHERE n.nspname = 'ql3' AND NOT t.tgisinternal AND t.tgenabled <> 'A'")
+        .fetch_all(pool).await.unwrap().iter().map(|r| r.get::<String, _>(0)).collect();
+    assert!(
+        not_always.is_empty(),
+        "triggers not ENABLE ALWAYS: {not_always:?}"
+    );
+    let triggers: i64 = sqlx::query("SELECT COUNT(*) FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'ql3' AND NOT t.tgisinternal")
+        .fetch_one(pool).await.unwrap().get(0);
+    assert_eq!(triggers, 8);
+    let foreign_owned: Vec<String> = sqlx::query(
+        "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+         WHERE n.nspname = 'ql3' AND pg_get_userbyid(c.relowner) <> 'ql3_owner'
+         UNION ALL SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+         WHERE n.nspname = 'ql3' AND pg_get_userbyid(p.proowner) <> 'ql3_owner'
+         UNION ALL SELECT nspname FROM pg_namespace WHERE nspname = 'ql3' AND pg_get_userbyid(nspowner) <> 'ql3_owner'")
+        .fetch_all(pool).await.unwrap().iter().map(|r| r.get::<String, _>(0)).collect();
+    assert!(
+        foreign_owned.is_empty(),
+        "not owned by ql3_owner: {foreign_owned:?}"
+    );
+    let row = sqlx::query(
+        "SELECT (SELECT COUNT(*) FROM pg_class WHERE relowner = r.oid) + (SELECT COUNT(*) FROM pg_proc WHERE proowner = r.oid)
+              + (SELECT COUNT(*) FROM pg_namespace WHERE nspowner = r.oid) + (SELECT COUNT(*) FROM pg_type WHERE typowner = r.oid),
+                pg_has_role(r.oid, 'ql3_owner', 'MEMBER'),
+                (SELECT COUNT(*) FROM pg_auth_members m WHERE m.member = r.oid)
+         FROM pg_roles r WHERE r.rolname = 'login_executor'")
+        .fetch_one(pool).await.unwrap();
+    assert_eq!(row.get::<i64, _>(0), 0, "the executor login owns nothing");
+    assert!(
+        !row.get::<bool, _>(1),
+        "the executor login is not a member of ql3_owner"
+    );
+    assert_eq!(row.get::<i64, _>(2), 1, "member of exactly one role");
+    // Default privileges revoke EXECUTE from PUBLIC for future functions of ql3_owner.
+    let defaults: i64 = sqlx::query("SELECT COUNT(*) FROM pg_default_acl d WHERE pg_get_userbyid(d.defaclrole) = 'ql3_owner' AND d.defaclobjtype = 'f'")
+        .fetch_one(pool).await.unwrap().get(0);
+    assert_eq!(defaults, 1);
+    let no_role_creates: Vec<String> = sqlx::query(
+        "SELECT r.rolname || ' on ' || s.nspname FROM pg_roles r CROSS JOIN pg_namespace s
+         WHERE r.rolname LIKE 'ql3\\_%' AND r.rolname <> 'ql3_owner' AND s.nspname IN ('ql3', 'public')
+           AND has_schema_privilege(r.oid, s.oid, 'CREATE')")
+        .fetch_all(pool).await.unwrap().iter().map(|r| r.get::<String, _>(0)).collect();
+    assert!(no_role_creates.is_empty(), "{no_role_creates:?}");
+}
+
+async fn consumer_reads(conn: &mut PgConnection, project: &str) -> Vec<(String, String)> {
+    sqlx::query("SELECT snapshot_digest, convert_from(canonical_json, 'UTF8') FROM ql3.current_tool_snapshot($1)")
+        .bind(project)
+        .fetch_all(conn)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get::<String, _>(0), r.get::<String, _>(1)))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumer_sees_only_the_current_snapshot_of_the_asked_project() {
+    let url = pg::fresh_db().await;
+    let admin = connect(&url).await;
+    import(&admin, DEMO).await;
+    let d1 = digest_of(&publish(&admin, "demo-1").await);
+    let d2 = digest_of(&publish(&admin, "demo-2").await);
+    let mut consumer = PgConnection::connect(&pg::as_login(&url, "login_consumer"))
+        .await
+        .unwrap();
+    let one = consumer_reads(&mut consumer, "demo-1").await;
+    assert_eq!(one.len(), 1);
+    assert_eq!(one[0].0, d1);
+    assert!(one[0].1.contains("\"projectId\":\"demo-1\"") && !one[0].1.contains("demo-2"));
+    assert_eq!(consumer_reads(&mut consumer, "demo-2").await[0].0, d2);
+    assert!(
+        consumer_reads(&mut consumer, "no-such-project")
+            .await
+            .is_empty()
+    );
+    assert!(
+        consumer_reads(&mut consumer, "demo-rejected")
+            .await
+            .is_empty()
+    );
+    // No table access for the consumer.
+    let e = sqlx::query("SELECT * FROM ql3.tool_definition_snapshots")
+        .fetch_all(&mut consumer)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("permission denied"), "{e}");
+
+    // pg_temp shadowing: objects named like the function's tables, in the caller's temporary
+    // schema, change nothing.
+    sqlx::query("CREATE TEMP TABLE tool_definition_snapshots (snapshot_id bigint, project_id text, snapshot_digest text)").execute(&mut consumer).await.unwrap();
+    sqlx::query("CREATE TEMP TABLE package_installations (installation_id text, project_id text, package_name text, active_generation bigint)").execute(&mut consumer).await.unwrap();
+    sqlx::query("CREATE TEMP TABLE projects (project_id text)")
+        .execute(&mut consumer)
+        .await
+        .unwrap();
+    sqlx::query("SET search_path = pg_temp, public")
+        .execute(&mut consumer)
+        .await
+        .unwrap();
+    assert_eq!(consumer_reads(&mut consumer, "demo-1").await, one);
+
+    // Current only while current: the next activation hides it at once.
+    package_executor::sources::activate(&admin, "demo-1-github", 3)
+        .await
+        .unwrap();
+    assert!(
+        consumer_reads(&mut consumer, "demo-1").await.is_empty(),
+        "never a stale snapshot"
+    );
+    let d3 = digest_of(&publish(&admin, "demo-1").await);
+    assert_eq!(consumer_reads(&mut consumer, "demo-1").await[0].0, d3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_run_as_the_executor_login() {
+    let url = pg::fresh_db().await;
+    let admin = connect(&url).await;
+    import(&admin, DEMO).await;
+    let exec_url = pg::as_login(&url, "login_executor");
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_package-executor"))
+        .args(["run", "--json"])
+        .env("DATABASE_URL", &exec_url)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["published"], 3);
+    assert_eq!(v["rejected"]["forbidden-field"], 1);
+    // The executor cannot migrate (it owns nothing and may not create).
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_package-executor"))
+        .args(["migrate"])
+        .env("DATABASE_URL", &exec_url)
+        .output()
+        .await
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    for verb in [
+        ["verify"].as_slice(),
+        &["current", "demo-1"],
+        &["explain", "demo-1"],
+    ] {
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_package-executor"))
+            .args(verb)
+            .env("DATABASE_URL", &exec_url)
+            .output()
+            .await
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{verb:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_migrate_names_missing_roles() {
+    // A cluster of its own, where the roles do not exist yet.
+    let dir = std::env::temp_dir().join(format!("pe-roles-{}", std::process::id()));
+    let cluster = pg::PgCluster::start_in(dir, "");
+    let url = cluster.url("postgres");
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_package-executor"))
+        .args(["migrate"])
+        .env("DATABASE_URL", &url)
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("ql3_owner") && err.contains("ql3_api") && err.contains("--create-roles"),
+        "{err}"
+    );
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_package-executor"))
+        .args(["migrate", "--create-roles"])
+        .env("DATABASE_URL", &url)
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    cluster.stop("fast");
+}
