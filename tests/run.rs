@@ -221,7 +221,7 @@ async fn drift_never_yields_a_stale_snapshot() {
                 let mut first = Some(first_flip_tx);
                 let mut round = 0u64;
                 while !stop.load(Ordering::SeqCst) {
-                    let generation = if round % 2 == 0 { 2 } else { 1 };
+                    let generation = if round.is_multiple_of(2) { 2 } else { 1 };
                     for p in &drifting {
                         package_executor::sources::activate(&store, &format!("{p}-k0"), generation)
                             .await
@@ -351,7 +351,7 @@ async fn sigkill_leaves_no_partial_snapshot() {
         assert!(status.code().is_none(), "killed by a signal");
         let published = scalar(&store, "SELECT COUNT(*) FROM ql3.tool_definition_snapshots").await;
         assert!(
-            published >= 100 && published < 1500,
+            (100..1500).contains(&published),
             "killed mid-run: {published}"
         );
         assert_eq!(
