@@ -1,0 +1,302 @@
+//! Storage and run benchmarks against a throwaway PostgreSQL server and SQLite files.
+//!
+//! `cargo bench --bench executor -- storage|run|rss|all` prints the figures; nothing here is an
+//! assertion. It starts its own PostgreSQL (see tests/support/pg.rs) and uses the release binary.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs, dead_code)]
+
+#[path = "../tests/support/pg.rs"]
+mod pg;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use package_executor::canonical;
+use package_executor::model::Digest;
+use package_executor::store::{ConnectOptions, Dialect, Store};
+use serde_json::json;
+use sqlx::AssertSqlSafe;
+
+fn binary() -> PathBuf {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let status = Command::new("cargo").args(["build", "--release", "--locked", "--bin", "package-executor"]).current_dir(&root).status().unwrap();
+    assert!(status.success());
+    root.join("target/release/package-executor")
+}
+
+async fn connect(url: &str) -> Store {
+    Store::connect(&ConnectOptions { max_connections: 4, ..ConnectOptions::new(url) }).await.unwrap()
+}
+
+async fn exec(store: &Store, sql: String) {
+    let sql = if store.dialect() == Dialect::Sqlite { sql.replace("ql3.", "") } else { sql };
+    match (store.pg_pool(), store.sqlite_pool()) {
+        (Some(p), _) => { sqlx::raw_sql(AssertSqlSafe(sql)).execute(p).await.unwrap(); }
+        (_, Some(p)) => { sqlx::raw_sql(AssertSqlSafe(sql)).execute(p).await.unwrap(); }
+        _ => unreachable!(),
+    }
+}
+
+fn hex_literal(d: Dialect, bytes: &[u8]) -> String {
+    match d {
+        Dialect::Postgres => format!("'\\x{}'::bytea", hex::encode(bytes)),
+        Dialect::Sqlite => format!("X'{}'", hex::encode(bytes)),
+    }
+}
+
+fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+/// Loads `projects` projects of `packages` packages with `tools` tools each; revisions of
+/// 0.5–2 KiB. Batched multi-row inserts, so loading is not what is measured.
+async fn load(store: &Store, first: usize, projects: usize, packages: usize, tools: usize, head_gen: i64) {
+    let d = store.dialect();
+    let lock = Digest::of(b"");
+    let batch = 250;
+    for start in (first..first + projects).step_by(batch) {
+        let end = (start + batch).min(first + projects);
+        let (mut p, mut i, mut r, mut g) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for n in start..end {
+            let project = format!("b{n:06}");
+            p.push(format!("({})", quote(&project)));
+            for k in 0..packages {
+                let name = format!("pkg{k}.bench");
+                let inst = format!("{project}-{k}");
+                let pad = 300 + (n * 7 + k * 131) % 1400;
+                let tools: Vec<_> = (0..tools).map(|t| json!({"name": format!("tool_{t}"), "version": "1.0.0",
+                    "description": "Benchmark tool.", "inputSchema": {"type": "object", "properties": {"q": {"type": "string", "maxLength": 64}}}})).collect();
+                let rev = canonical::to_vec(&json!({"schema": "qinglong/materialized-revision@v1",
+                    "package": {"name": name, "version": "1.0.0"}, "tools": tools,
+                    "files": {"project": project, "pad": "x".repeat(pad)}}));
+                let rd = Digest::of(&rev);
+                let gd = package_executor::sources::generation_digest(&inst, head_gen, lock.as_str(), rd.as_str(), &[]);
+                i.push(format!("({}, {}, {}, {head_gen})", quote(&inst), quote(&project), quote(&name)));
+                r.push(format!("({}, {}, {})", quote(rd.as_str()), hex_literal(d, &rev), rev.len()));
+                g.push(format!("({}, {head_gen}, 'active', {}, {}, {}, '[]')", quote(&inst), quote(gd.as_str()), quote(lock.as_str()), quote(rd.as_str())));
+            }
+        }
+        let deferred = if d == Dialect::Postgres { "SET CONSTRAINTS ALL DEFERRED;" } else { "" };
+        exec(store, format!(
+            "BEGIN; {deferred}
+             INSERT INTO ql3.projects (project_id) VALUES {};
+             INSERT INTO ql3.materialized_revisions (revision_digest, content, byte_length) VALUES {} ON CONFLICT DO NOTHING;
+             INSERT INTO ql3.package_installations (installation_id, project_id, package_name, active_generation) VALUES {};
+             INSERT INTO ql3.package_generations (installation_id, generation, status, generation_digest, lock_digest, revision_digest, approved_permissions) VALUES {};
+             COMMIT;",
+            p.join(","), r.join(","), i.join(","), g.join(",")
+        )).await;
+    }
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn run_cli(bin: &PathBuf, url: &str, args: &[&str]) -> (Duration, serde_json::Value) {
+    let t = Instant::now();
+    let out = Command::new(bin).args(args).env("DATABASE_URL", url).env("PACKAGE_EXECUTOR_LOG", "error").output().unwrap();
+    let elapsed = t.elapsed();
+    let v = serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
+    (elapsed, v)
+}
+
+async fn fresh_pg(name: &str) -> String {
+    let c = pg::cluster();
+    let admin = connect(&c.url("postgres")).await;
+    exec(&admin, format!("CREATE DATABASE {name} TEMPLATE {}", pg::TEMPLATE)).await;
+    admin.close().await;
+    c.url(name)
+}
+
+async fn fresh_sqlite(dir: &std::path::Path, name: &str) -> String {
+    let url = format!("sqlite://{}", dir.join(name).display());
+    let s = connect(&url).await;
+    s.migrate(false, None).await.unwrap();
+    s.close().await;
+    url
+}
+
+async fn bench_run(bin: &PathBuf, dir: &std::path::Path) {
+    const N: usize = 10_000;
+    for dialect in ["postgres", "sqlite"] {
+        let url = if dialect == "postgres" { fresh_pg("bench_run").await } else { fresh_sqlite(dir, "run.db").await };
+        let store = connect(&url).await;
+        let t = Instant::now();
+        load(&store, 0, N, 8, 4, 1).await;
+        println!("[run/{dialect}] loaded {N} projects x 8 packages x 4 tools in {:.1}s", t.elapsed().as_secs_f64());
+        store.close().await;
+        let (cold, v) = run_cli(bin, &url, &["run", "--json"]);
+        let rate = N as f64 / cold.as_secs_f64();
+        println!("[run/{dialect}] cold run: {:.2}s, {rate:.0} projects/s, published {}", cold.as_secs_f64(), v["published"]);
+        let (warm, v) = run_cli(bin, &url, &["run", "--json"]);
+        println!("[run/{dialect}] second run, nothing pending: {:.3}s (published {})", warm.as_secs_f64(), v["published"]);
+        if dialect == "postgres" {
+            let store = connect(&url).await;
+            exec(&store, FLOOR.to_owned()).await;
+            let pool = store.pg_pool().unwrap();
+            let t = Instant::now();
+            sqlx::query("SELECT bench_floor()").execute(pool).await.unwrap();
+            let floor = t.elapsed();
+            let floor_rate = N as f64 / floor.as_secs_f64();
+            println!("[run/postgres] PL/pgSQL floor: {:.2}s, {floor_rate:.0} projects/s; executor/floor = {:.2}", floor.as_secs_f64(), rate / floor_rate);
+            store.close().await;
+        }
+    }
+}
+
+const FLOOR: &str = r#"
+CREATE TABLE public.scratch_snapshots (project_id text, vector_digest bytea, snapshot_digest bytea, doc bytea);
+CREATE TABLE public.scratch_sources (project_id text, package_name text, installation_id text, generation bigint,
+  generation_digest text, lock_digest text, revision_digest text);
+CREATE FUNCTION public.bench_floor() RETURNS integer LANGUAGE plpgsql AS $f$
+DECLARE p record; h record; n integer := 0; vec jsonb; defs jsonb; doc text; rev jsonb;
+BEGIN
+  FOR p IN SELECT project_id FROM ql3.projects ORDER BY project_id LOOP
+    vec := '[]'::jsonb; defs := '[]'::jsonb;
+    FOR h IN SELECT i.package_name, i.installation_id, i.active_generation, g.generation_digest, g.lock_digest, g.revision_digest
+             FROM ql3.package_installations i JOIN ql3.package_generations g
+               ON g.installation_id = i.installation_id AND g.generation = i.active_generation
+             WHERE i.project_id = p.project_id AND i.active_generation IS NOT NULL ORDER BY i.package_name LOOP
+      SELECT convert_from(r.content, 'UTF8')::jsonb INTO rev FROM ql3.materialized_revisions r
+        WHERE r.revision_digest = h.revision_digest AND sha256(r.content) IS NOT NULL;
+      defs := defs || coalesce(rev->'tools', '[]'::jsonb);
+      vec := vec || jsonb_build_array(jsonb_build_object('packageName', h.package_name, 'installationId', h.installation_id,
+        'generation', h.active_generation, 'generationDigest', h.generation_digest, 'lockDigest', h.lock_digest,
+        'revisionDigest', h.revision_digest));
+      INSERT INTO public.scratch_sources VALUES (p.project_id, h.package_name, h.installation_id, h.active_generation,
+        h.generation_digest, h.lock_digest, h.revision_digest);
+    END LOOP;
+    doc := jsonb_build_object('schema', 'qinglong/project-tool-definition-snapshot@v1', 'projectId', p.project_id,
+      'activeVector', vec, 'definitions', defs)::text;
+    INSERT INTO public.scratch_snapshots VALUES (p.project_id, sha256(convert_to(vec::text, 'UTF8')),
+      sha256(convert_to(doc, 'UTF8')), convert_to(doc, 'UTF8'));
+    n := n + 1;
+  END LOOP;
+  RETURN n;
+END $f$;
+"#;
+
+async fn bench_storage(dir: &std::path::Path) {
+    for dialect in ["postgres", "sqlite"] {
+        let url = if dialect == "postgres" { fresh_pg("bench_storage").await } else { fresh_sqlite(dir, "storage.db").await };
+        let store = connect(&url).await;
+        // find_current: one project, 128 packages, 50 historical snapshots.
+        load(&store, 900_000, 1, 128, 1, 1).await;
+        let obs = package_executor::coordinator::LogObserver;
+        let settings = package_executor::coordinator::RunSettings::default();
+        let c = package_executor::coordinator::Coordinator::new(store.clone(), settings, package_executor::coordinator::Stop::default(), &obs);
+        let project = "b900000";
+        for generation in 2..=50 {
+            // Give package 0 a new generation and activate it, then publish: one more snapshot.
+            let mut a = store.begin().await.unwrap();
+            let heads = a.observe(project).await.unwrap();
+            a.rollback().await.unwrap();
+            let h = &heads[0].head;
+            let d = Digest::of(format!("gen {generation}").as_bytes());
+            exec(&store, format!(
+                "INSERT INTO ql3.package_generations VALUES ('{}', {generation}, 'staged', '{d}', '{}', '{}', '[]')",
+                h.installation_id, h.lock_digest, h.revision_digest)).await;
+            package_executor::sources::activate(&store, &h.installation_id, generation).await.unwrap();
+            assert_eq!(c.publish(project).await.unwrap().name(), "published");
+        }
+        let mut a = store.begin().await.unwrap();
+        let mut times = Vec::new();
+        for _ in 0..200 {
+            let t = Instant::now();
+            assert!(a.find_current(project).await.unwrap().is_some());
+            times.push(t.elapsed());
+        }
+        a.rollback().await.unwrap();
+        println!("[storage/{dialect}] find_current, 128 packages, 50 snapshots: median {:?} (200 calls)", median(times));
+
+        // The pending query over 100,000 projects (empty ones, so snapshots can be made in bulk).
+        let rows = 100_000;
+        let (series, digest) = match store.dialect() {
+            Dialect::Postgres => ("SELECT 'e' || lpad(n::text, 6, '0') AS id FROM generate_series(1, 100000) AS n",
+                                  "'sha256:' || encode(sha256(convert_to(id, 'UTF8')), 'hex')"),
+            Dialect::Sqlite => ("WITH RECURSIVE s(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM s WHERE n < 100000) SELECT 'e' || printf('%06d', n) AS id FROM s",
+                                "printf('sha256:%064x', abs(random()))"),
+        };
+        exec(&store, format!("INSERT INTO ql3.projects (project_id) SELECT id FROM ({series}) AS q")).await;
+        let pending_all = time_pending(&store).await;
+        exec(&store, format!(
+            "INSERT INTO ql3.tool_definition_snapshots (project_id, active_vector_digest, definition_digest, snapshot_digest, package_count, definition_count, canonical_json) \
+             SELECT id, {digest}, {digest}, {}, 0, 0, {} FROM ({series}) AS q",
+            if dialect == "postgres" { "'sha256:' || encode(sha256(convert_to(id || 's', 'UTF8')), 'hex')" } else { "printf('sha256:%064x', abs(random()))" },
+            hex_literal(store.dialect(), b"{}"))).await;
+        if dialect == "postgres" {
+            exec(&store, "ANALYZE".into()).await;
+        }
+        let pending_none = time_pending(&store).await;
+        println!("[storage/{dialect}] pending page over {rows} projects: first page when all pending {:?}; full scan when none pending {:?} (median of 5)", pending_all, pending_none);
+        store.close().await;
+    }
+}
+
+async fn time_pending(store: &Store) -> Duration {
+    let mut times = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        let mut cursor = String::new();
+        loop {
+            let page = store.pending_page(&cursor, 256).await.unwrap();
+            if page.len() < 256 {
+                break;
+            }
+            cursor = page.last().unwrap().clone();
+            if times.is_empty() && cursor.is_empty() { break; }
+            break; // one page: what a run asks first
+        }
+        times.push(t.elapsed());
+    }
+    median(times)
+}
+
+async fn bench_rss(bin: &PathBuf, dir: &std::path::Path) {
+    let url = fresh_sqlite(dir, "rss.db").await;
+    let store = connect(&url).await;
+    let limit = 24 * 1024 * 1024;
+    exec(&store, "INSERT INTO projects VALUES ('big')".into()).await;
+    for k in 0..128 {
+        let name = format!("big{k:03}.pkg");
+        let head = format!(r#"{{"files":""#);
+        let tail = format!(r#"","package":{{"name":"{name}","version":"1.0.0"}},"schema":"qinglong/materialized-revision@v1","tools":[{{"inputSchema":{{"type":"object"}},"name":"t","version":"1.0.0"}}]}}"#);
+        let mut bytes = Vec::with_capacity(limit);
+        bytes.extend_from_slice(head.as_bytes());
+        bytes.resize(limit - tail.len(), b'x');
+        bytes.extend_from_slice(tail.as_bytes());
+        let rd = Digest::of(&bytes);
+        let lock = Digest::of(b"");
+        let inst = format!("big-{k}");
+        let gd = package_executor::sources::generation_digest(&inst, 1, lock.as_str(), rd.as_str(), &[]);
+        let pool = store.sqlite_pool().unwrap();
+        let mut tx = pool.begin().await.unwrap();
+        sqlx::query("INSERT INTO package_installations VALUES ($1, 'big', $2, NULL)").bind(&inst).bind(&name).execute(&mut *tx).await.unwrap();
+        sqlx::query("INSERT INTO materialized_revisions VALUES ($1, $2, $3)").bind(rd.as_str()).bind(&bytes).bind(bytes.len() as i64).execute(&mut *tx).await.unwrap();
+        sqlx::query("INSERT INTO package_generations VALUES ($1, 1, 'active', $2, $3, $4, '[]')").bind(&inst).bind(gd.as_str()).bind(lock.as_str()).bind(rd.as_str()).execute(&mut *tx).await.unwrap();
+        sqlx::query("UPDATE package_installations SET active_generation = 1 WHERE installation_id = $1").bind(&inst).execute(&mut *tx).await.unwrap();
+        tx.commit().await.unwrap();
+    }
+    store.close().await;
+    let out = Command::new("/usr/bin/time").arg("-v").arg(bin).args(["publish", "big", "--json"]).env("DATABASE_URL", &url).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let rss = stderr.lines().find(|l| l.contains("Maximum resident set size")).unwrap_or("?");
+    let wall = stderr.lines().find(|l| l.contains("Elapsed (wall clock)")).unwrap_or("?");
+    println!("[rss/sqlite] publish of 128 packages x 24 MiB revisions: {} -> {}; {}; {}", String::from_utf8_lossy(&out.stdout).trim(), out.status, rss.trim(), wall.trim());
+}
+
+fn main() {
+    let which: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
+    let all = which.is_empty() || which.iter().any(|w| w == "all");
+    let wants = |w: &str| all || which.iter().any(|x| x == w);
+    let dir = tempfile::tempdir().unwrap();
+    let bin = binary();
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        if wants("storage") { bench_storage(dir.path()).await; }
+        if wants("run") { bench_run(&bin, dir.path()).await; }
+        if wants("rss") { bench_rss(&bin, dir.path()).await; }
+    });
+}
