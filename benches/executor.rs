@@ -19,20 +19,43 @@ use sqlx::AssertSqlSafe;
 
 fn binary() -> PathBuf {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let status = Command::new("cargo").args(["build", "--release", "--locked", "--bin", "package-executor"]).current_dir(&root).status().unwrap();
+    let status = Command::new("cargo")
+        .args([
+            "build",
+            "--release",
+            "--locked",
+            "--bin",
+            "package-executor",
+        ])
+        .current_dir(&root)
+        .status()
+        .unwrap();
     assert!(status.success());
     root.join("target/release/package-executor")
 }
 
 async fn connect(url: &str) -> Store {
-    Store::connect(&ConnectOptions { max_connections: 4, ..ConnectOptions::new(url) }).await.unwrap()
+    Store::connect(&ConnectOptions {
+        max_connections: 4,
+        ..ConnectOptions::new(url)
+    })
+    .await
+    .unwrap()
 }
 
 async fn exec(store: &Store, sql: String) {
-    let sql = if store.dialect() == Dialect::Sqlite { sql.replace("ql3.", "") } else { sql };
+    let sql = if store.dialect() == Dialect::Sqlite {
+        sql.replace("ql3.", "")
+    } else {
+        sql
+    };
     match (store.pg_pool(), store.sqlite_pool()) {
-        (Some(p), _) => { sqlx::raw_sql(AssertSqlSafe(sql)).execute(p).await.unwrap(); }
-        (_, Some(p)) => { sqlx::raw_sql(AssertSqlSafe(sql)).execute(p).await.unwrap(); }
+        (Some(p), _) => {
+            sqlx::raw_sql(AssertSqlSafe(sql)).execute(p).await.unwrap();
+        }
+        (_, Some(p)) => {
+            sqlx::raw_sql(AssertSqlSafe(sql)).execute(p).await.unwrap();
+        }
         _ => unreachable!(),
     }
 }
@@ -50,7 +73,14 @@ fn quote(s: &str) -> String {
 
 /// Loads `projects` projects of `packages` packages with `tools` tools each; revisions of
 /// 0.5–2 KiB. Batched multi-row inserts, so loading is not what is measured.
-async fn load(store: &Store, first: usize, projects: usize, packages: usize, tools: usize, head_gen: i64) {
+async fn load(
+    store: &Store,
+    first: usize,
+    projects: usize,
+    packages: usize,
+    tools: usize,
+    head_gen: i64,
+) {
     let d = store.dialect();
     let lock = Digest::of(b"");
     let batch = 250;
@@ -70,13 +100,39 @@ async fn load(store: &Store, first: usize, projects: usize, packages: usize, too
                     "package": {"name": name, "version": "1.0.0"}, "tools": tools,
                     "files": {"project": project, "pad": "x".repeat(pad)}}));
                 let rd = Digest::of(&rev);
-                let gd = package_executor::sources::generation_digest(&inst, head_gen, lock.as_str(), rd.as_str(), &[]);
-                i.push(format!("({}, {}, {}, {head_gen})", quote(&inst), quote(&project), quote(&name)));
-                r.push(format!("({}, {}, {})", quote(rd.as_str()), hex_literal(d, &rev), rev.len()));
-                g.push(format!("({}, {head_gen}, 'active', {}, {}, {}, '[]')", quote(&inst), quote(gd.as_str()), quote(lock.as_str()), quote(rd.as_str())));
+                let gd = package_executor::sources::generation_digest(
+                    &inst,
+                    head_gen,
+                    lock.as_str(),
+                    rd.as_str(),
+                    &[],
+                );
+                i.push(format!(
+                    "({}, {}, {}, {head_gen})",
+                    quote(&inst),
+                    quote(&project),
+                    quote(&name)
+                ));
+                r.push(format!(
+                    "({}, {}, {})",
+                    quote(rd.as_str()),
+                    hex_literal(d, &rev),
+                    rev.len()
+                ));
+                g.push(format!(
+                    "({}, {head_gen}, 'active', {}, {}, {}, '[]')",
+                    quote(&inst),
+                    quote(gd.as_str()),
+                    quote(lock.as_str()),
+                    quote(rd.as_str())
+                ));
             }
         }
-        let deferred = if d == Dialect::Postgres { "SET CONSTRAINTS ALL DEFERRED;" } else { "" };
+        let deferred = if d == Dialect::Postgres {
+            "SET CONSTRAINTS ALL DEFERRED;"
+        } else {
+            ""
+        };
         exec(store, format!(
             "BEGIN; {deferred}
              INSERT INTO ql3.projects (project_id) VALUES {};
@@ -96,7 +152,12 @@ fn median(mut v: Vec<Duration>) -> Duration {
 
 fn run_cli(bin: &PathBuf, url: &str, args: &[&str]) -> (Duration, serde_json::Value) {
     let t = Instant::now();
-    let out = Command::new(bin).args(args).env("DATABASE_URL", url).env("PACKAGE_EXECUTOR_LOG", "error").output().unwrap();
+    let out = Command::new(bin)
+        .args(args)
+        .env("DATABASE_URL", url)
+        .env("PACKAGE_EXECUTOR_LOG", "error")
+        .output()
+        .unwrap();
     let elapsed = t.elapsed();
     let v = serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
     (elapsed, v)
@@ -105,7 +166,11 @@ fn run_cli(bin: &PathBuf, url: &str, args: &[&str]) -> (Duration, serde_json::Va
 async fn fresh_pg(name: &str) -> String {
     let c = pg::cluster();
     let admin = connect(&c.url("postgres")).await;
-    exec(&admin, format!("CREATE DATABASE {name} TEMPLATE {}", pg::TEMPLATE)).await;
+    exec(
+        &admin,
+        format!("CREATE DATABASE {name} TEMPLATE {}", pg::TEMPLATE),
+    )
+    .await;
     admin.close().await;
     c.url(name)
 }
@@ -121,26 +186,48 @@ async fn fresh_sqlite(dir: &std::path::Path, name: &str) -> String {
 async fn bench_run(bin: &PathBuf, dir: &std::path::Path) {
     const N: usize = 10_000;
     for dialect in ["postgres", "sqlite"] {
-        let url = if dialect == "postgres" { fresh_pg("bench_run").await } else { fresh_sqlite(dir, "run.db").await };
+        let url = if dialect == "postgres" {
+            fresh_pg("bench_run").await
+        } else {
+            fresh_sqlite(dir, "run.db").await
+        };
         let store = connect(&url).await;
         let t = Instant::now();
         load(&store, 0, N, 8, 4, 1).await;
-        println!("[run/{dialect}] loaded {N} projects x 8 packages x 4 tools in {:.1}s", t.elapsed().as_secs_f64());
+        println!(
+            "[run/{dialect}] loaded {N} projects x 8 packages x 4 tools in {:.1}s",
+            t.elapsed().as_secs_f64()
+        );
         store.close().await;
         let (cold, v) = run_cli(bin, &url, &["run", "--json"]);
         let rate = N as f64 / cold.as_secs_f64();
-        println!("[run/{dialect}] cold run: {:.2}s, {rate:.0} projects/s, published {}", cold.as_secs_f64(), v["published"]);
+        println!(
+            "[run/{dialect}] cold run: {:.2}s, {rate:.0} projects/s, published {}",
+            cold.as_secs_f64(),
+            v["published"]
+        );
         let (warm, v) = run_cli(bin, &url, &["run", "--json"]);
-        println!("[run/{dialect}] second run, nothing pending: {:.3}s (published {})", warm.as_secs_f64(), v["published"]);
+        println!(
+            "[run/{dialect}] second run, nothing pending: {:.3}s (published {})",
+            warm.as_secs_f64(),
+            v["published"]
+        );
         if dialect == "postgres" {
             let store = connect(&url).await;
             exec(&store, FLOOR.to_owned()).await;
             let pool = store.pg_pool().unwrap();
             let t = Instant::now();
-            sqlx::query("SELECT bench_floor()").execute(pool).await.unwrap();
+            sqlx::query("SELECT bench_floor()")
+                .execute(pool)
+                .await
+                .unwrap();
             let floor = t.elapsed();
             let floor_rate = N as f64 / floor.as_secs_f64();
-            println!("[run/postgres] PL/pgSQL floor: {:.2}s, {floor_rate:.0} projects/s; executor/floor = {:.2}", floor.as_secs_f64(), rate / floor_rate);
+            println!(
+                "[run/postgres] PL/pgSQL floor: {:.2}s, {floor_rate:.0} projects/s; executor/floor = {:.2}",
+                floor.as_secs_f64(),
+                rate / floor_rate
+            );
             store.close().await;
         }
     }
@@ -180,13 +267,22 @@ END $f$;
 
 async fn bench_storage(dir: &std::path::Path) {
     for dialect in ["postgres", "sqlite"] {
-        let url = if dialect == "postgres" { fresh_pg("bench_storage").await } else { fresh_sqlite(dir, "storage.db").await };
+        let url = if dialect == "postgres" {
+            fresh_pg("bench_storage").await
+        } else {
+            fresh_sqlite(dir, "storage.db").await
+        };
         let store = connect(&url).await;
         // find_current: one project, 128 packages, 50 historical snapshots.
         load(&store, 900_000, 1, 128, 1, 1).await;
         let obs = package_executor::coordinator::LogObserver;
         let settings = package_executor::coordinator::RunSettings::default();
-        let c = package_executor::coordinator::Coordinator::new(store.clone(), settings, package_executor::coordinator::Stop::default(), &obs);
+        let c = package_executor::coordinator::Coordinator::new(
+            store.clone(),
+            settings,
+            package_executor::coordinator::Stop::default(),
+            &obs,
+        );
         let project = "b900000";
         for generation in 2..=50 {
             // Give package 0 a new generation and activate it, then publish: one more snapshot.
@@ -198,7 +294,9 @@ async fn bench_storage(dir: &std::path::Path) {
             exec(&store, format!(
                 "INSERT INTO ql3.package_generations VALUES ('{}', {generation}, 'staged', '{d}', '{}', '{}', '[]')",
                 h.installation_id, h.lock_digest, h.revision_digest)).await;
-            package_executor::sources::activate(&store, &h.installation_id, generation).await.unwrap();
+            package_executor::sources::activate(&store, &h.installation_id, generation)
+                .await
+                .unwrap();
             assert_eq!(c.publish(project).await.unwrap().name(), "published");
         }
         let mut a = store.begin().await.unwrap();
@@ -209,17 +307,28 @@ async fn bench_storage(dir: &std::path::Path) {
             times.push(t.elapsed());
         }
         a.rollback().await.unwrap();
-        println!("[storage/{dialect}] find_current, 128 packages, 50 snapshots: median {:?} (200 calls)", median(times));
+        println!(
+            "[storage/{dialect}] find_current, 128 packages, 50 snapshots: median {:?} (200 calls)",
+            median(times)
+        );
 
         // The pending query over 100,000 projects (empty ones, so snapshots can be made in bulk).
         let rows = 100_000;
         let (series, digest) = match store.dialect() {
-            Dialect::Postgres => ("SELECT 'e' || lpad(n::text, 6, '0') AS id FROM generate_series(1, 100000) AS n",
-                                  "'sha256:' || encode(sha256(convert_to(id, 'UTF8')), 'hex')"),
-            Dialect::Sqlite => ("WITH RECURSIVE s(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM s WHERE n < 100000) SELECT 'e' || printf('%06d', n) AS id FROM s",
-                                "printf('sha256:%064x', abs(random()))"),
+            Dialect::Postgres => (
+                "SELECT 'e' || lpad(n::text, 6, '0') AS id FROM generate_series(1, 100000) AS n",
+                "'sha256:' || encode(sha256(convert_to(id, 'UTF8')), 'hex')",
+            ),
+            Dialect::Sqlite => (
+                "WITH RECURSIVE s(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM s WHERE n < 100000) SELECT 'e' || printf('%06d', n) AS id FROM s",
+                "printf('sha256:%064x', abs(random()))",
+            ),
         };
-        exec(&store, format!("INSERT INTO ql3.projects (project_id) SELECT id FROM ({series}) AS q")).await;
+        exec(
+            &store,
+            format!("INSERT INTO ql3.projects (project_id) SELECT id FROM ({series}) AS q"),
+        )
+        .await;
         let pending_all = time_pending(&store).await;
         exec(&store, format!(
             "INSERT INTO ql3.tool_definition_snapshots (project_id, active_vector_digest, definition_digest, snapshot_digest, package_count, definition_count, canonical_json) \
@@ -230,7 +339,29 @@ async fn bench_storage(dir: &std::path::Path) {
             exec(&store, "ANALYZE".into()).await;
         }
         let pending_none = time_pending(&store).await;
-        println!("[storage/{dialect}] pending page over {rows} projects: first page when all pending {:?}; full scan when none pending {:?} (median of 5)", pending_all, pending_none);
+        if std::env::var_os("BENCH_EXPLAIN").is_some() && dialect == "postgres" {
+            use sqlx::Row;
+            let text = format!(
+                "EXPLAIN ANALYZE {}",
+                package_executor::store::sql_for(
+                    Dialect::Postgres,
+                    package_executor::store::PENDING_PAGE_SQL
+                )
+                .replace("$1", "''")
+                .replace("$2", "256")
+            );
+            for r in sqlx::query(AssertSqlSafe(text))
+                .fetch_all(store.pg_pool().unwrap())
+                .await
+                .unwrap()
+            {
+                println!("{}", r.get::<String, _>(0));
+            }
+        }
+        println!(
+            "[storage/{dialect}] pending page over {rows} projects: first page when all pending {:?}; full scan when none pending {:?} (median of 5)",
+            pending_all, pending_none
+        );
         store.close().await;
     }
 }
@@ -246,7 +377,9 @@ async fn time_pending(store: &Store) -> Duration {
                 break;
             }
             cursor = page.last().unwrap().clone();
-            if times.is_empty() && cursor.is_empty() { break; }
+            if times.is_empty() && cursor.is_empty() {
+                break;
+            }
             break; // one page: what a run asks first
         }
         times.push(t.elapsed());
@@ -262,7 +395,9 @@ async fn bench_rss(bin: &PathBuf, dir: &std::path::Path) {
     for k in 0..128 {
         let name = format!("big{k:03}.pkg");
         let head = format!(r#"{{"files":""#);
-        let tail = format!(r#"","package":{{"name":"{name}","version":"1.0.0"}},"schema":"qinglong/materialized-revision@v1","tools":[{{"inputSchema":{{"type":"object"}},"name":"t","version":"1.0.0"}}]}}"#);
+        let tail = format!(
+            r#"","package":{{"name":"{name}","version":"1.0.0"}},"schema":"qinglong/materialized-revision@v1","tools":[{{"inputSchema":{{"type":"object"}},"name":"t","version":"1.0.0"}}]}}"#
+        );
         let mut bytes = Vec::with_capacity(limit);
         bytes.extend_from_slice(head.as_bytes());
         bytes.resize(limit - tail.len(), b'x');
@@ -270,33 +405,88 @@ async fn bench_rss(bin: &PathBuf, dir: &std::path::Path) {
         let rd = Digest::of(&bytes);
         let lock = Digest::of(b"");
         let inst = format!("big-{k}");
-        let gd = package_executor::sources::generation_digest(&inst, 1, lock.as_str(), rd.as_str(), &[]);
+        let gd =
+            package_executor::sources::generation_digest(&inst, 1, lock.as_str(), rd.as_str(), &[]);
         let pool = store.sqlite_pool().unwrap();
         let mut tx = pool.begin().await.unwrap();
-        sqlx::query("INSERT INTO package_installations VALUES ($1, 'big', $2, NULL)").bind(&inst).bind(&name).execute(&mut *tx).await.unwrap();
-        sqlx::query("INSERT INTO materialized_revisions VALUES ($1, $2, $3)").bind(rd.as_str()).bind(&bytes).bind(bytes.len() as i64).execute(&mut *tx).await.unwrap();
-        sqlx::query("INSERT INTO package_generations VALUES ($1, 1, 'active', $2, $3, $4, '[]')").bind(&inst).bind(gd.as_str()).bind(lock.as_str()).bind(rd.as_str()).execute(&mut *tx).await.unwrap();
-        sqlx::query("UPDATE package_installations SET active_generation = 1 WHERE installation_id = $1").bind(&inst).execute(&mut *tx).await.unwrap();
+        sqlx::query("INSERT INTO package_installations VALUES ($1, 'big', $2, NULL)")
+            .bind(&inst)
+            .bind(&name)
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        sqlx::query("INSERT INTO materialized_revisions VALUES ($1, $2, $3)")
+            .bind(rd.as_str())
+            .bind(&bytes)
+            .bind(bytes.len() as i64)
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        sqlx::query("INSERT INTO package_generations VALUES ($1, 1, 'active', $2, $3, $4, '[]')")
+            .bind(&inst)
+            .bind(gd.as_str())
+            .bind(lock.as_str())
+            .bind(rd.as_str())
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        sqlx::query(
+            "UPDATE package_installations SET active_generation = 1 WHERE installation_id = $1",
+        )
+        .bind(&inst)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
         tx.commit().await.unwrap();
     }
     store.close().await;
-    let out = Command::new("/usr/bin/time").arg("-v").arg(bin).args(["publish", "big", "--json"]).env("DATABASE_URL", &url).output().unwrap();
+    let out = Command::new("/usr/bin/time")
+        .arg("-v")
+        .arg(bin)
+        .args(["publish", "big", "--json"])
+        .env("DATABASE_URL", &url)
+        .output()
+        .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    let rss = stderr.lines().find(|l| l.contains("Maximum resident set size")).unwrap_or("?");
-    let wall = stderr.lines().find(|l| l.contains("Elapsed (wall clock)")).unwrap_or("?");
-    println!("[rss/sqlite] publish of 128 packages x 24 MiB revisions: {} -> {}; {}; {}", String::from_utf8_lossy(&out.stdout).trim(), out.status, rss.trim(), wall.trim());
+    let rss = stderr
+        .lines()
+        .find(|l| l.contains("Maximum resident set size"))
+        .unwrap_or("?");
+    let wall = stderr
+        .lines()
+        .find(|l| l.contains("Elapsed (wall clock)"))
+        .unwrap_or("?");
+    println!(
+        "[rss/sqlite] publish of 128 packages x 24 MiB revisions: {} -> {}; {}; {}",
+        String::from_utf8_lossy(&out.stdout).trim(),
+        out.status,
+        rss.trim(),
+        wall.trim()
+    );
 }
 
 fn main() {
-    let which: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
+    let which: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
     let all = which.is_empty() || which.iter().any(|w| w == "all");
     let wants = |w: &str| all || which.iter().any(|x| x == w);
     let dir = tempfile::tempdir().unwrap();
     let bin = binary();
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     rt.block_on(async {
-        if wants("storage") { bench_storage(dir.path()).await; }
-        if wants("run") { bench_run(&bin, dir.path()).await; }
-        if wants("rss") { bench_rss(&bin, dir.path()).await; }
+        if wants("storage") {
+            bench_storage(dir.path()).await;
+        }
+        if wants("run") {
+            bench_run(&bin, dir.path()).await;
+        }
+        if wants("rss") {
+            bench_rss(&bin, dir.path()).await;
+        }
     });
 }

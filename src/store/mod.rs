@@ -17,6 +17,8 @@ use sqlx::{PgPool, SqlitePool};
 
 pub use attempt::{Attempt, InsertOutcome};
 pub use error::StoreError;
+/// The pending-project query text (for benchmarks and EXPLAIN).
+pub const PENDING_PAGE_SQL: &str = sql::PENDING_PAGE;
 pub use queries::{CurrentSnapshot, NewestSnapshot, RecordedRejection, StoredSnapshot};
 
 use crate::planner::ActiveHead;
