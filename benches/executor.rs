@@ -51,7 +51,7 @@ async fn exec(store: &Store, sql: String) {
     };
     match (store.pg_pool(), store.sqlite_pool()) {
         (Some(p), _) => {
-            sqlx::raw_sql(AssertSqlSafe(sql)).execute(p).await.unwrap();
+            sqlx::raw_sql(AssertSqlSafe(sql)).execute(&p).await.unwrap();
         }
         (_, Some(p)) => {
             sqlx::raw_sql(AssertSqlSafe(sql)).execute(p).await.unwrap();
@@ -215,7 +215,7 @@ async fn bench_run(bin: &PathBuf, dir: &std::path::Path) {
         if dialect == "postgres" {
             let store = connect(&url).await;
             exec(&store, FLOOR.to_owned()).await;
-            let pool = store.pg_pool().unwrap();
+            let pool = &store.pg_pool().unwrap();
             let t = Instant::now();
             sqlx::query("SELECT bench_floor()")
                 .execute(pool)
@@ -351,7 +351,7 @@ async fn bench_storage(dir: &std::path::Path) {
                 .replace("$2", "256")
             );
             for r in sqlx::query(AssertSqlSafe(text))
-                .fetch_all(store.pg_pool().unwrap())
+                .fetch_all(&store.pg_pool().unwrap())
                 .await
                 .unwrap()
             {

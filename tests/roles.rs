@@ -125,7 +125,7 @@ async fn privilege_matrix() {
 async fn catalog_is_locked_down() {
     let url = pg::fresh_db().await;
     let admin = connect(&url).await;
-    let pool = admin.pg_pool().unwrap();
+    let pool = &admin.pg_pool().unwrap();
     let definer_without_path: i64 = sqlx::query(
         "SELECT COUNT(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
          WHERE n.nspname = 'ql3' AND p.prosecdef

@@ -178,7 +178,7 @@ async fn four_replicas_converge_on_postgres() {
 
 /// A REPEATABLE READ view in which the live heads and `find_current` are read together.
 async fn consistent_view(store: &Store, project: &str) -> (String, Option<String>) {
-    let pool = store.pg_pool().unwrap();
+    let pool = &store.pg_pool().unwrap();
     let mut tx = pool.begin().await.unwrap();
     sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         .execute(&mut *tx)
@@ -376,7 +376,7 @@ async fn outage_mid_run_is_truthful_and_recoverable() {
         let admin = cluster.url("postgres");
         let admin_store = connect(&admin).await;
         sqlx::query("CREATE DATABASE outage")
-            .execute(admin_store.pg_pool().unwrap())
+            .execute(&admin_store.pg_pool().unwrap())
             .await
             .unwrap();
         admin_store.close().await;

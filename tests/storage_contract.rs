@@ -409,7 +409,7 @@ async fn append_only_tables(s: Stores) {
                 );
             }
             // Replica mode does not switch the triggers off (ENABLE ALWAYS), even for the owner.
-            let pool = s.admin.pg_pool().unwrap();
+            let pool = &s.admin.pg_pool().unwrap();
             let mut tx = pool.begin().await.unwrap();
             sqlx::query("SET LOCAL session_replication_role = replica")
                 .execute(&mut *tx)
@@ -610,7 +610,7 @@ async fn migrations_apply_one_by_one() {
         let cluster = pg::cluster();
         let admin = connect(&cluster.url("postgres")).await;
         sqlx::query("CREATE DATABASE migrate_steps")
-            .execute(admin.pg_pool().unwrap())
+            .execute(&admin.pg_pool().unwrap())
             .await
             .unwrap();
         admin.close().await;

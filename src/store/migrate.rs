@@ -221,7 +221,7 @@ impl Store {
             (Some(p), _) => {
                 let comment: Option<String> =
                     sqlx::query("SELECT obj_description('ql3'::regnamespace, 'pg_namespace') AS c")
-                        .fetch_one(p)
+                        .fetch_one(&p)
                         .await?
                         .try_get("c")?;
                 comment

@@ -5,18 +5,21 @@
 mod attempt;
 mod error;
 pub mod migrate;
+mod primary;
 mod queries;
 mod sql;
 
 use std::str::FromStr;
 use std::time::Duration;
 
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::postgres::PgConnectOptions;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{PgPool, SqlitePool};
 
 pub use attempt::{Attempt, InsertOutcome};
 pub use error::StoreError;
+use primary::PgTarget;
+pub use primary::split_hosts;
 /// The pending-project query text (for benchmarks and EXPLAIN).
 pub const PENDING_PAGE_SQL: &str = sql::PENDING_PAGE;
 pub use queries::{CurrentSnapshot, NewestSnapshot, RecordedRejection, StoredSnapshot};
@@ -78,7 +81,7 @@ impl ConnectOptions {
 
 #[derive(Clone, Debug)]
 enum Pool {
-    Pg(PgPool),
+    Pg(PgTarget),
     Lite(SqlitePool),
 }
 
@@ -107,24 +110,26 @@ impl Store {
     pub async fn connect(opts: &ConnectOptions) -> Result<Self, StoreError> {
         let pool = match Dialect::of_url(&opts.url) {
             Some(Dialect::Postgres) => {
-                let connect = PgConnectOptions::from_str(&opts.url)
-                    .map_err(|e| StoreError::Config(format!("bad PostgreSQL URL: {e}")))?
-                    .application_name("package-executor")
-                    .options([
-                        ("statement_timeout", millis(opts.statement_timeout)),
-                        ("lock_timeout", millis(opts.lock_timeout)),
-                        (
-                            "idle_in_transaction_session_timeout",
-                            millis(opts.idle_in_transaction_timeout),
-                        ),
-                    ]);
-                let pool = PgPoolOptions::new()
-                    .max_connections(opts.max_connections)
-                    .acquire_timeout(opts.acquire_timeout)
-                    .connect_with(connect)
-                    .await
-                    .map_err(StoreError::from_connect)?;
-                Pool::Pg(pool)
+                let settings = [
+                    ("statement_timeout", millis(opts.statement_timeout)),
+                    ("lock_timeout", millis(opts.lock_timeout)),
+                    (
+                        "idle_in_transaction_session_timeout",
+                        millis(opts.idle_in_transaction_timeout),
+                    ),
+                ];
+                let configure = |o: PgConnectOptions| {
+                    o.application_name("package-executor")
+                        .options(settings.clone())
+                };
+                let target = PgTarget::connect(
+                    &opts.url,
+                    configure,
+                    opts.max_connections,
+                    opts.acquire_timeout,
+                )
+                .await?;
+                Pool::Pg(target)
             }
             Some(Dialect::Sqlite) => {
                 let connect = SqliteConnectOptions::from_str(&opts.url)
@@ -162,10 +167,10 @@ impl Store {
         }
     }
 
-    /// The PostgreSQL pool, for tools and tests that need raw access.
-    pub fn pg_pool(&self) -> Option<&PgPool> {
+    /// The PostgreSQL pool in use now, for tools and tests that need raw access.
+    pub fn pg_pool(&self) -> Option<PgPool> {
         match &self.pool {
-            Pool::Pg(p) => Some(p),
+            Pool::Pg(p) => Some(p.pool()),
             Pool::Lite(_) => None,
         }
     }
@@ -181,8 +186,16 @@ impl Store {
     /// Starts one attempt: a connection and a READ COMMITTED transaction.
     pub async fn begin(&self) -> Result<Attempt, StoreError> {
         match &self.pool {
-            Pool::Pg(p) => {
-                let mut tx = p.begin().await.map_err(StoreError::from)?;
+            Pool::Pg(target) => {
+                let mut tx = match target.pool().begin().await {
+                    Ok(tx) => tx,
+                    Err(e) if target.is_multi_host() => {
+                        tracing::warn!(error = %e, "PostgreSQL host lost: looking for the primary");
+                        target.follow_primary().await?;
+                        target.pool().begin().await?
+                    }
+                    Err(e) => return Err(e.into()),
+                };
                 sqlx::query("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
                     .execute(&mut *tx)
                     .await?;
@@ -195,7 +208,7 @@ impl Store {
     /// Closes the pool, waiting for connections to be returned.
     pub async fn close(&self) {
         match &self.pool {
-            Pool::Pg(p) => p.close().await,
+            Pool::Pg(p) => p.pool().close().await,
             Pool::Lite(p) => p.close().await,
         }
     }

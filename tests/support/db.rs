@@ -22,7 +22,7 @@ pub async fn exec(store: &Store, text: &str) -> Result<u64, String> {
     };
     let r = match (store.pg_pool(), store.sqlite_pool()) {
         (Some(p), _) => sqlx::query(sqlx::AssertSqlSafe(text))
-            .execute(p)
+            .execute(&p)
             .await
             .map(|r| r.rows_affected()),
         (_, Some(p)) => sqlx::query(sqlx::AssertSqlSafe(text))
@@ -43,7 +43,7 @@ pub async fn scalar(store: &Store, text: &str) -> i64 {
     };
     match (store.pg_pool(), store.sqlite_pool()) {
         (Some(p), _) => sqlx::query(sqlx::AssertSqlSafe(text))
-            .fetch_one(p)
+            .fetch_one(&p)
             .await
             .expect("query")
             .try_get::<i64, _>(0)

@@ -252,7 +252,7 @@ pub fn cluster() -> &'static PgCluster {
             let store = Store::connect(&ConnectOptions::new(admin))
                 .await
                 .expect("connect admin");
-            let pool = store.pg_pool().expect("pg").clone();
+            let pool = store.pg_pool().expect("pg");
             sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {TEMPLATE}")))
                 .execute(&pool)
                 .await
@@ -263,7 +263,7 @@ pub fn cluster() -> &'static PgCluster {
                 .expect("connect template");
             store.migrate(true, None).await.expect("migrate template");
             // One real LOGIN per group role, member of that role only (roles are cluster-wide).
-            let pool = store.pg_pool().expect("pg").clone();
+            let pool = store.pg_pool().expect("pg");
             for (login, role) in LOGINS {
                 sqlx::query(sqlx::AssertSqlSafe(format!("CREATE ROLE {login} LOGIN")))
                     .execute(&pool)
@@ -294,7 +294,7 @@ pub async fn fresh_db() -> String {
         let store = Store::connect(&ConnectOptions::new(admin))
             .await
             .expect("connect admin");
-        let pool = store.pg_pool().expect("pg").clone();
+        let pool = store.pg_pool().expect("pg");
         sqlx::query(sqlx::AssertSqlSafe(format!(
             "CREATE DATABASE {create} TEMPLATE {TEMPLATE}"
         )))

@@ -1,0 +1,203 @@
+//! PostgreSQL high availability: multi-host URLs (`postgres://a,b/db`) and following the
+//! primary. The pool always points at one host; when it cannot hand out a connection, the hosts
+//! are probed in order for one that accepts writes (`target_session_attrs=read-write`, the
+//! default here, since the executor writes) and the pool is rebuilt there.
+
+use std::str::FromStr;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{ConnectOptions as _, Connection as _, PgPool, Row};
+
+use super::StoreError;
+
+/// The hosts of a PostgreSQL URL and the pool currently in use.
+#[derive(Clone, Debug)]
+pub struct PgTarget {
+    current: Arc<RwLock<PgPool>>,
+    hosts: Arc<Vec<PgConnectOptions>>,
+    require_primary: bool,
+    max_connections: u32,
+    acquire_timeout: Duration,
+    failover_timeout: Duration,
+}
+
+/// Splits `postgres://user@h1:p1,h2:p2/db?…` into one URL per host, dropping
+/// `target_session_attrs` (handled here); returns whether a read-write primary is required.
+pub fn split_hosts(url: &str) -> (Vec<String>, bool) {
+    let (scheme, rest) = match url.split_once("://") {
+        Some(parts) => parts,
+        None => return (vec![url.to_owned()], true),
+    };
+    let (path_start, _) = rest
+        .char_indices()
+        .find(|(_, c)| *c == '/' || *c == '?')
+        .unwrap_or((rest.len(), ' '));
+    let (authority, tail) = rest.split_at(path_start);
+    let (userinfo, hosts) = match authority.rfind('@') {
+        Some(at) => (&authority[..=at], &authority[at + 1..]),
+        None => ("", authority),
+    };
+    let (path, query) = tail.split_once('?').unwrap_or((tail, ""));
+    let mut require_primary = true;
+    let kept: Vec<&str> = query
+        .split('&')
+        .filter(|kv| !kv.is_empty())
+        .filter(|kv| match kv.split_once('=') {
+            Some(("target_session_attrs", v)) => {
+                require_primary = v != "any";
+                false
+            }
+            _ => true,
+        })
+        .collect();
+    let query = if kept.is_empty() {
+        String::new()
+    } else {
+        format!("?{}", kept.join("&"))
+    };
+    let urls = hosts
+        .split(',')
+        .map(|h| format!("{scheme}://{userinfo}{h}{path}{query}"))
+        .collect();
+    (urls, require_primary)
+}
+
+async fn is_usable(opts: &PgConnectOptions, require_primary: bool) -> bool {
+    let probe = async {
+        let mut conn = opts.connect().await.ok()?;
+        let row = sqlx::query("SELECT pg_is_in_recovery() AS standby")
+            .fetch_one(&mut conn)
+            .await
+            .ok()?;
+        let standby: bool = row.try_get("standby").ok()?;
+        conn.close().await.ok();
+        Some(!require_primary || !standby)
+    };
+    matches!(
+        tokio::time::timeout(Duration::from_secs(3), probe).await,
+        Ok(Some(true))
+    )
+}
+
+impl PgTarget {
+    /// Parses the URL and connects to the first usable host.
+    pub async fn connect(
+        url: &str,
+        configure: impl Fn(PgConnectOptions) -> PgConnectOptions,
+        max_connections: u32,
+        acquire_timeout: Duration,
+    ) -> Result<Self, StoreError> {
+        let (urls, require_primary) = split_hosts(url);
+        let hosts = urls
+            .iter()
+            .map(|u| PgConnectOptions::from_str(u).map(&configure))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| StoreError::Config(format!("bad PostgreSQL URL: {e}")))?;
+        let multi = hosts.len() > 1;
+        // With several hosts, a dead one must be noticed quickly so the others get their turn.
+        let per_try = if multi {
+            acquire_timeout.min(Duration::from_secs(5))
+        } else {
+            acquire_timeout
+        };
+        let first = hosts
+            .first()
+            .cloned()
+            .ok_or_else(|| StoreError::Config("no host in the URL".into()))?;
+        let pool = PgPoolOptions::new()
+            .max_connections(max_connections)
+            .acquire_timeout(per_try)
+            .connect_lazy_with(first);
+        let target = Self {
+            current: Arc::new(RwLock::new(pool)),
+            hosts: Arc::new(hosts),
+            require_primary,
+            max_connections,
+            acquire_timeout: per_try,
+            failover_timeout: acquire_timeout,
+        };
+        if multi {
+            target.follow_primary().await?;
+        } else {
+            // Fail fast (exit 8) when the only host is unreachable.
+            let pool = target.pool();
+            pool.acquire().await.map_err(StoreError::from_connect)?;
+        }
+        Ok(target)
+    }
+
+    /// The pool in use now.
+    pub fn pool(&self) -> PgPool {
+        self.current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Whether the URL named several hosts.
+    pub fn is_multi_host(&self) -> bool {
+        self.hosts.len() > 1
+    }
+
+    /// Finds a usable host (a primary unless `target_session_attrs=any`), polling until the
+    /// failover timeout, and points the pool at it.
+    pub async fn follow_primary(&self) -> Result<(), StoreError> {
+        let started = Instant::now();
+        loop {
+            for opts in self.hosts.iter() {
+                if is_usable(opts, self.require_primary).await {
+                    let pool = PgPoolOptions::new()
+                        .max_connections(self.max_connections)
+                        .acquire_timeout(self.acquire_timeout)
+                        .connect_lazy_with(opts.clone());
+                    let old = {
+                        let mut current = self.current.write().unwrap_or_else(|p| p.into_inner());
+                        std::mem::replace(&mut *current, pool)
+                    };
+                    tracing::info!(host = %opts.get_host(), port = opts.get_port(), "using this PostgreSQL host");
+                    tokio::spawn(async move { old.close().await });
+                    return Ok(());
+                }
+            }
+            if started.elapsed() >= self.failover_timeout {
+                return Err(StoreError::Unavailable(format!(
+                    "none of the {} hosts accepts {} connections",
+                    self.hosts.len(),
+                    if self.require_primary {
+                        "read-write"
+                    } else {
+                        "any"
+                    }
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_multi_host_urls() {
+        let (urls, rw) = split_hosts(
+            "postgres://u:p@a:5432,b:5433/db?target_session_attrs=read-write&sslmode=disable",
+        );
+        assert!(rw);
+        assert_eq!(
+            urls,
+            vec![
+                "postgres://u:p@a:5432/db?sslmode=disable",
+                "postgres://u:p@b:5433/db?sslmode=disable"
+            ]
+        );
+        let (urls, rw) = split_hosts("postgresql://h/db?target_session_attrs=any");
+        assert!(!rw);
+        assert_eq!(urls, vec!["postgresql://h/db"]);
+        let (urls, _) = split_hosts("postgres://a,b");
+        assert_eq!(urls, vec!["postgres://a", "postgres://b"]);
+    }
+}
