@@ -185,7 +185,7 @@ impl PgCluster {
     }
 
     /// Stops the server and removes its files once this test process is gone.
-    fn watch(&self) {
+    pub fn watch(&self) {
         let pid = std::process::id();
         let script = format!(
             "while [ -d /proc/{pid} ]; do sleep 0.5; done; {} -D {} -m immediate stop >/dev/null 2>&1; rm -rf {}",
