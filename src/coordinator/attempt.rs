@@ -180,13 +180,20 @@ async fn build(
     if let Err(r) = builder.check_project() {
         return Ok(Err(r));
     }
+    // Every length in one query (never the bytes); each revision's bytes then come alone.
+    let digests: Vec<String> = builder
+        .heads()
+        .iter()
+        .map(|h| h.revision_digest.clone())
+        .collect();
+    let lengths = a.revision_lengths(&digests).await?;
     for i in 0..builder.heads().len() {
         let approved = match builder.check_row(i) {
             Ok(p) => p,
             Err(r) => return Ok(Err(r)),
         };
         let digest = builder.heads()[i].revision_digest.clone();
-        let stored = a.revision_length(&digest).await?;
+        let stored = lengths.get(&digest).copied();
         if let Err(r) = builder.check_stored(i, stored) {
             return Ok(Err(r));
         }

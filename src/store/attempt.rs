@@ -185,6 +185,32 @@ impl Attempt {
         })
     }
 
+    /// The lengths of the given revisions (absent ones are missing from the map), in one query
+    /// that never reads their bytes.
+    pub async fn revision_lengths(
+        &mut self,
+        revision_digests: &[String],
+    ) -> Result<std::collections::HashMap<String, StoredLength>, StoreError> {
+        let rows = match self {
+            Attempt::Pg(tx) => {
+                let rows = sqlx::query(sql::REVISION_LENGTHS_PG)
+                    .bind(revision_digests)
+                    .fetch_all(&mut **tx)
+                    .await?;
+                lengths_from(&rows)?
+            }
+            Attempt::Lite(tx) => {
+                let list = serde_json::to_string(revision_digests).unwrap_or_else(|_| "[]".into());
+                let rows = sqlx::query(sql::REVISION_LENGTHS_SQLITE)
+                    .bind(list)
+                    .fetch_all(&mut **tx)
+                    .await?;
+                lengths_from(&rows)?
+            }
+        };
+        Ok(rows)
+    }
+
     /// One revision's bytes, fetched alone by a query of its own (`None` when absent or over
     /// the 24 MiB limit).
     pub async fn revision_content(
@@ -383,6 +409,27 @@ impl Attempt {
             Ok(out)
         })
     }
+}
+
+fn lengths_from<R: Row>(
+    rows: &[R],
+) -> Result<std::collections::HashMap<String, StoredLength>, StoreError>
+where
+    for<'r> i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> &'r str: sqlx::ColumnIndex<R>,
+{
+    rows.iter()
+        .map(|r| {
+            Ok((
+                r.try_get("revision_digest")?,
+                StoredLength {
+                    byte_length: r.try_get("byte_length")?,
+                    actual_length: r.try_get("actual_length")?,
+                },
+            ))
+        })
+        .collect()
 }
 
 fn insert_sources_sql(d: Dialect, rows: usize) -> String {

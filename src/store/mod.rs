@@ -187,18 +187,17 @@ impl Store {
     pub async fn begin(&self) -> Result<Attempt, StoreError> {
         match &self.pool {
             Pool::Pg(target) => {
-                let mut tx = match target.pool().begin().await {
+                // READ COMMITTED explicitly, whatever the server's default, in the BEGIN itself.
+                const BEGIN: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
+                let tx = match target.pool().begin_with(BEGIN).await {
                     Ok(tx) => tx,
                     Err(e) if target.is_multi_host() => {
                         tracing::warn!(error = %e, "PostgreSQL host lost: looking for the primary");
                         target.follow_primary().await?;
-                        target.pool().begin().await?
+                        target.pool().begin_with(BEGIN).await?
                     }
                     Err(e) => return Err(e.into()),
                 };
-                sqlx::query("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
-                    .execute(&mut *tx)
-                    .await?;
                 Ok(Attempt::Pg(tx))
             }
             Pool::Lite(p) => Ok(Attempt::Lite(p.begin().await?)),

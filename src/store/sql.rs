@@ -49,6 +49,20 @@ SELECT CAST(r.byte_length AS BIGINT) AS byte_length,
 FROM ql3.materialized_revisions AS r
 WHERE r.revision_digest = $1";
 
+/// The lengths of several revisions at once (never their bytes), PostgreSQL.
+pub const REVISION_LENGTHS_PG: &str = "
+SELECT r.revision_digest, CAST(r.byte_length AS BIGINT) AS byte_length,
+       CAST(octet_length(r.content) AS BIGINT) AS actual_length
+FROM ql3.materialized_revisions AS r
+WHERE r.revision_digest = ANY($1)";
+
+/// The lengths of several revisions at once (never their bytes), SQLite: `$1` is a JSON array.
+pub const REVISION_LENGTHS_SQLITE: &str = "
+SELECT r.revision_digest, CAST(r.byte_length AS BIGINT) AS byte_length,
+       CAST(length(r.content) AS BIGINT) AS actual_length
+FROM materialized_revisions AS r
+WHERE r.revision_digest IN (SELECT value FROM json_each($1))";
+
 /// One revision's bytes, alone, and never more than the 24 MiB limit.
 pub const REVISION_CONTENT: &str = "
 SELECT r.content FROM ql3.materialized_revisions AS r
