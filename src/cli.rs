@@ -114,12 +114,50 @@ pub enum Command {
     /// Canonical tool identities.
     #[command(subcommand)]
     Identity(IdentityCommand),
-    /// Create the recovery Job in Kubernetes.
-    Trigger {
-        /// The publication that makes recovery necessary.
-        #[arg(long)]
-        publication_id: String,
-    },
+    /// Create the recovery Job in Kubernetes (attach if it exists), optionally wait for it.
+    Trigger(TriggerArgs),
+}
+
+/// `trigger` flags.
+#[derive(Debug, Args)]
+pub struct TriggerArgs {
+    /// The publication that makes recovery necessary (names the Job).
+    #[arg(long, env = "PACKAGE_EXECUTOR_PUBLICATION_ID")]
+    pub publication_id: String,
+    /// Namespace (default: the kubeconfig's or the pod's).
+    #[arg(long, env = "PACKAGE_EXECUTOR_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// A batch/v1 Job in YAML whose spec is used as given.
+    #[arg(long, env = "PACKAGE_EXECUTOR_JOB_TEMPLATE")]
+    pub job_template: Option<PathBuf>,
+    /// Container image of the default Job.
+    #[arg(long, env = "PACKAGE_EXECUTOR_IMAGE")]
+    pub image: Option<String>,
+    /// Secret with the database URLs (key `executor-url`) for the default Job.
+    #[arg(
+        long,
+        default_value = "package-executor-db",
+        env = "PACKAGE_EXECUTOR_DATABASE_SECRET"
+    )]
+    pub database_secret: String,
+    /// Revision bytes in flight in the Job's run; sizes its memory limit.
+    #[arg(long, default_value = "96MiB", value_parser = parse_bytes, env = "PACKAGE_EXECUTOR_MEMORY_BUDGET")]
+    pub memory_budget: u64,
+    /// Indexed completion mode with this many shards.
+    #[arg(long, env = "PACKAGE_EXECUTOR_SHARDS")]
+    pub shards: Option<i32>,
+    /// Delete and re-create an existing Job that has failed.
+    #[arg(long, env = "PACKAGE_EXECUTOR_REPLACE_FAILED")]
+    pub replace_failed: bool,
+    /// Watch until the Job completes (0) or fails (7).
+    #[arg(long, env = "PACKAGE_EXECUTOR_WAIT")]
+    pub wait: bool,
+    /// Bounds the whole command, API retries included (exit 124).
+    #[arg(long, default_value = "10m", value_parser = parse_duration, env = "PACKAGE_EXECUTOR_TIMEOUT")]
+    pub timeout: Duration,
+    /// Print the Job as YAML and contact nothing.
+    #[arg(long, env = "PACKAGE_EXECUTOR_DRY_RUN")]
+    pub dry_run: bool,
 }
 
 /// `sources …`.

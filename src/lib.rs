@@ -11,6 +11,7 @@ pub mod cli;
 pub mod commands;
 pub mod coordinator;
 pub mod identity;
+pub mod k8s;
 pub mod model;
 pub mod planner;
 pub mod rejection;

@@ -4,6 +4,7 @@
 mod inspect;
 mod run;
 mod tools;
+mod trigger;
 
 use anyhow::Context as _;
 
@@ -17,13 +18,7 @@ pub async fn execute(cli: Cli) -> anyhow::Result<i32> {
     match &cli.command {
         Command::Canonicalize { file, digest } => tools::canonicalize(file.as_deref(), *digest),
         Command::Identity(cmd) => Ok(tools::identity(cmd)),
-        Command::Trigger { publication_id } => {
-            eprintln!(
-                "error: `trigger` (publication {publication_id}) is not available in this build; \
-                 create the recovery Job from charts/ or manifests/ instead"
-            );
-            Ok(exit::ERROR)
-        }
+        Command::Trigger(args) => trigger::trigger(args).await,
         Command::Migrate { create_roles } => {
             let store = connect(&cli, 2).await?;
             let report = store

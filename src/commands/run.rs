@@ -188,6 +188,14 @@ pub async fn run(cli: &Cli, args: &RunArgs) -> anyhow::Result<i32> {
         print_human(&summary);
     }
     tracing::info!(summary = %line, exit_code = summary.exit_code, "run summary");
+    if crate::cli::in_kubernetes()
+        && let (Ok(job), Ok(ns)) = (
+            std::env::var("PACKAGE_EXECUTOR_JOB_NAME"),
+            std::env::var("PACKAGE_EXECUTOR_POD_NAMESPACE"),
+        )
+    {
+        crate::k8s::events::record_on_job(&ns, &job, summary.exit_code != exit::OK, &line).await;
+    }
     Ok(summary.exit_code)
 }
 

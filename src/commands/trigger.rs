@@ -1,0 +1,71 @@
+//! `trigger`: the recovery Job from the command line.
+
+use anyhow::Context as _;
+use k8s_openapi::api::batch::v1::Job;
+use kube::Api;
+
+use crate::cli::TriggerArgs;
+use crate::k8s::job::{self, JobSettings};
+use crate::k8s::trigger::{TriggerOptions, trigger as run_trigger};
+use crate::report::exit;
+
+/// The Job `trigger` would create, from flags and an optional template.
+pub fn job_for(args: &TriggerArgs, namespace: Option<&str>) -> anyhow::Result<Job> {
+    let mut settings = JobSettings::new(&args.publication_id);
+    if let Some(image) = &args.image {
+        settings.image.clone_from(image);
+    }
+    settings.database_secret.clone_from(&args.database_secret);
+    settings.memory_budget = args.memory_budget;
+    settings.shards = args.shards;
+    let template = match &args.job_template {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            let job: Job = serde_norway::from_str(&text)
+                .with_context(|| format!("{} is not a batch/v1 Job in YAML", path.display()))?;
+            Some(job)
+        }
+        None => None,
+    };
+    Ok(job::build(&settings, template, namespace))
+}
+
+/// `trigger`.
+pub async fn trigger(args: &TriggerArgs) -> anyhow::Result<i32> {
+    if args.dry_run {
+        let job = job_for(args, args.namespace.as_deref())?;
+        let mut yaml =
+            serde_norway::to_string(&serde_json::json!({"apiVersion": "batch/v1", "kind": "Job"}))?;
+        yaml.push_str(&serde_norway::to_string(&job)?);
+        print!("{yaml}");
+        return Ok(exit::OK);
+    }
+    let client = match kube::Client::try_default().await {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!(
+                "error: cannot reach Kubernetes: {e}; set KUBECONFIG or run inside a pod with a service account"
+            );
+            return Ok(exit::ERROR);
+        }
+    };
+    let namespace = args
+        .namespace
+        .clone()
+        .unwrap_or_else(|| client.default_namespace().to_owned());
+    let job = job_for(args, Some(&namespace))?;
+    let api: Api<Job> = Api::namespaced(client, &namespace);
+    let opts = TriggerOptions {
+        replace_failed: args.replace_failed,
+        wait: args.wait,
+        timeout: args.timeout,
+    };
+    match run_trigger(&api, &job, &opts).await {
+        Ok(code) => Ok(code),
+        Err(e) => {
+            eprintln!("error: {e}");
+            Ok(exit::ERROR)
+        }
+    }
+}

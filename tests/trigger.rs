@@ -1,0 +1,280 @@
+//! `trigger` against kube's mock service (tower_test): the request paths, methods and bodies,
+//! and the exit codes.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use http::{Method, Request, Response, StatusCode};
+use k8s_openapi::api::batch::v1::{Job, JobCondition, JobStatus};
+use kube::client::Body;
+use kube::{Api, Client};
+use package_executor::k8s::job::{self, JobSettings, PUBLICATION_ANNOTATION};
+use package_executor::k8s::trigger::{TriggerOptions, trigger};
+
+type Handle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
+
+const JOBS: &str = "/apis/batch/v1/namespaces/ns/jobs";
+
+fn setup() -> (Api<Job>, Handle) {
+    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    (Api::namespaced(Client::new(service, "ns"), "ns"), handle)
+}
+
+fn the_job(publication: &str) -> Job {
+    job::build(&JobSettings::new(publication), None, Some("ns"))
+}
+
+fn with_condition(mut j: Job, kind: &str) -> Job {
+    j.metadata.resource_version = Some("7".into());
+    j.status = Some(JobStatus {
+        conditions: Some(vec![JobCondition {
+            type_: kind.into(),
+            status: "True".into(),
+            ..JobCondition::default()
+        }]),
+        ..JobStatus::default()
+    });
+    j
+}
+
+fn running(mut j: Job) -> Job {
+    j.metadata.resource_version = Some("5".into());
+    j
+}
+
+fn json(status: StatusCode, body: &impl serde::Serialize) -> Response<Body> {
+    Response::builder()
+        .status(status)
+        .body(Body::from(serde_json::to_vec(body).unwrap()))
+        .unwrap()
+}
+
+fn already_exists() -> Response<Body> {
+    json(
+        StatusCode::CONFLICT,
+        &serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+        "message": "jobs.batch already exists", "reason": "AlreadyExists", "code": 409}),
+    )
+}
+
+fn not_found() -> Response<Body> {
+    json(
+        StatusCode::NOT_FOUND,
+        &serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+        "message": "not found", "reason": "NotFound", "code": 404}),
+    )
+}
+
+/// Takes the next request, checks method and path, returns its body as JSON.
+async fn expect(
+    handle: &mut Handle,
+    method: Method,
+    path: &str,
+) -> (
+    serde_json::Value,
+    String,
+    tower_test::mock::SendResponse<Response<Body>>,
+) {
+    let (request, send) = tokio::time::timeout(Duration::from_secs(5), handle.next_request())
+        .await
+        .expect("a request")
+        .expect("service alive");
+    assert_eq!(request.method(), method);
+    assert_eq!(request.uri().path(), path);
+    let query = request.uri().query().unwrap_or("").to_owned();
+    let bytes = request.into_body().collect_bytes().await.unwrap();
+    let body = if bytes.is_empty() {
+        serde_json::Value::Null
+    } else {
+        serde_json::from_slice(&bytes).unwrap()
+    };
+    (body, query, send)
+}
+
+fn opts(wait: bool, replace_failed: bool) -> TriggerOptions {
+    TriggerOptions {
+        replace_failed,
+        wait,
+        timeout: Duration::from_secs(10),
+    }
+}
+
+#[tokio::test]
+async fn creates_the_job() {
+    let (api, mut handle) = setup();
+    let job = the_job("pub-1");
+    let server = tokio::spawn(async move {
+        let (body, _, send) = expect(&mut handle, Method::POST, JOBS).await;
+        assert_eq!(body["metadata"]["name"], job::job_name("pub-1"));
+        assert_eq!(
+            body["metadata"]["annotations"][PUBLICATION_ANNOTATION],
+            "pub-1"
+        );
+        assert_eq!(
+            body["metadata"]["labels"]["app.kubernetes.io/component"],
+            "snapshot-recovery"
+        );
+        assert_eq!(body["spec"]["template"]["spec"]["restartPolicy"], "Never");
+        let created: Job = serde_json::from_value(body).unwrap();
+        send.send_response(json(StatusCode::CREATED, &running(created)));
+    });
+    assert_eq!(trigger(&api, &job, &opts(false, false)).await.unwrap(), 0);
+    server.await.unwrap();
+}
+
+#[tokio::test]
+async fn conflict_attaches_to_our_job() {
+    let (api, mut handle) = setup();
+    let job = the_job("pub-2");
+    let name = job.metadata.name.clone().unwrap();
+    let existing = running(job.clone());
+    let server = tokio::spawn(async move {
+        let (_, _, send) = expect(&mut handle, Method::POST, JOBS).await;
+        send.send_response(already_exists());
+        let (_, _, send) = expect(&mut handle, Method::GET, &format!("{JOBS}/{name}")).await;
+        send.send_response(json(StatusCode::OK, &existing));
+    });
+    assert_eq!(trigger(&api, &job, &opts(false, false)).await.unwrap(), 0);
+    server.await.unwrap();
+}
+
+#[tokio::test]
+async fn conflict_with_a_foreign_annotation_is_refused() {
+    let (api, mut handle) = setup();
+    let job = the_job("pub-3");
+    let name = job.metadata.name.clone().unwrap();
+    let mut foreign = running(job.clone());
+    foreign
+        .metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert(PUBLICATION_ANNOTATION.into(), "someone-else".into());
+    let server = tokio::spawn(async move {
+        let (_, _, send) = expect(&mut handle, Method::POST, JOBS).await;
+        send.send_response(already_exists());
+        let (_, _, send) = expect(&mut handle, Method::GET, &format!("{JOBS}/{name}")).await;
+        send.send_response(json(StatusCode::OK, &foreign));
+    });
+    let err = trigger(&api, &job, &opts(false, false)).await.unwrap_err();
+    assert!(err.to_string().contains("someone-else"), "{err}");
+    server.await.unwrap();
+}
+
+#[tokio::test]
+async fn failed_job_is_replaced_only_with_replace_failed() {
+    // Without --replace-failed: attach, report the failure (7), delete nothing.
+    let (api, mut handle) = setup();
+    let job = the_job("pub-4");
+    let name = job.metadata.name.clone().unwrap();
+    let failed = with_condition(job.clone(), "Failed");
+    let server = {
+        let (name, failed) = (name.clone(), failed.clone());
+        tokio::spawn(async move {
+            let (_, _, send) = expect(&mut handle, Method::POST, JOBS).await;
+            send.send_response(already_exists());
+            let (_, _, send) = expect(&mut handle, Method::GET, &format!("{JOBS}/{name}")).await;
+            send.send_response(json(StatusCode::OK, &failed));
+            handle
+        })
+    };
+    assert_eq!(trigger(&api, &job, &opts(false, false)).await.unwrap(), 7);
+    let mut handle = server.await.unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_millis(100), handle.next_request())
+            .await
+            .is_err(),
+        "no further request"
+    );
+
+    // With --replace-failed: delete (background propagation), wait until gone, create again.
+    let (api, mut handle) = setup();
+    let server = tokio::spawn(async move {
+        let (_, _, send) = expect(&mut handle, Method::POST, JOBS).await;
+        send.send_response(already_exists());
+        let (_, _, send) = expect(&mut handle, Method::GET, &format!("{JOBS}/{name}")).await;
+        send.send_response(json(StatusCode::OK, &failed));
+        let (body, _, send) = expect(&mut handle, Method::DELETE, &format!("{JOBS}/{name}")).await;
+        assert_eq!(body["propagationPolicy"], "Background");
+        send.send_response(json(StatusCode::OK, &failed));
+        let (_, _, send) = expect(&mut handle, Method::GET, &format!("{JOBS}/{name}")).await;
+        send.send_response(not_found());
+        let (body, _, send) = expect(&mut handle, Method::POST, JOBS).await;
+        assert_eq!(body["metadata"]["name"], name);
+        send.send_response(json(
+            StatusCode::CREATED,
+            &running(serde_json::from_value(body).unwrap()),
+        ));
+    });
+    assert_eq!(trigger(&api, &job, &opts(false, true)).await.unwrap(), 0);
+    server.await.unwrap();
+}
+
+async fn wait_for(final_condition: &str) -> i32 {
+    let (api, mut handle) = setup();
+    let job = the_job("pub-5");
+    let name = job.metadata.name.clone().unwrap();
+    let done = with_condition(job.clone(), final_condition);
+    let server = tokio::spawn(async move {
+        let (body, _, send) = expect(&mut handle, Method::POST, JOBS).await;
+        send.send_response(json(
+            StatusCode::CREATED,
+            &running(serde_json::from_value(body).unwrap()),
+        ));
+        let (_, query, send) = expect(&mut handle, Method::GET, JOBS).await;
+        assert!(
+            query.contains("watch=true") && query.contains("resourceVersion=5"),
+            "{query}"
+        );
+        assert!(
+            query.contains(&format!("fieldSelector=metadata.name%3D{name}")),
+            "{query}"
+        );
+        let line =
+            serde_json::to_vec(&serde_json::json!({"type": "MODIFIED", "object": done})).unwrap();
+        send.send_response(
+            Response::builder()
+                .status(StatusCode::OK)
+                .body(Body::from([line, b"\n".to_vec()].concat()))
+                .unwrap(),
+        );
+    });
+    let code = trigger(&api, &job, &opts(true, false)).await.unwrap();
+    server.await.unwrap();
+    code
+}
+
+#[tokio::test]
+async fn wait_ends_complete_with_0() {
+    assert_eq!(wait_for("Complete").await, 0);
+}
+
+#[tokio::test]
+async fn wait_ends_failed_with_7() {
+    assert_eq!(wait_for("Failed").await, 7);
+}
+
+#[tokio::test]
+async fn wait_times_out_with_124() {
+    let (api, mut handle) = setup();
+    let job = the_job("pub-6");
+    let (hold_tx, hold_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(async move {
+        let (body, _, send) = expect(&mut handle, Method::POST, JOBS).await;
+        send.send_response(json(
+            StatusCode::CREATED,
+            &running(serde_json::from_value(body).unwrap()),
+        ));
+        // The watch request is never answered: the command's timeout must end it.
+        let (_request, _send) = handle.next_request().await.unwrap();
+        hold_rx.await.ok();
+    });
+    let quick = TriggerOptions {
+        replace_failed: false,
+        wait: true,
+        timeout: Duration::from_millis(300),
+    };
+    assert_eq!(trigger(&api, &job, &quick).await.unwrap(), 124);
+    hold_tx.send(()).ok();
+    server.await.unwrap();
+}
