@@ -1,0 +1,132 @@
+{{- define "pe.fullname" -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 52 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "pe.labels" -}}
+app.kubernetes.io/name: package-executor
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "pe.selector" -}}
+app.kubernetes.io/name: package-executor
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "pe.serviceAccount" -}}
+{{- default (include "pe.fullname" .) .Values.serviceAccount.name -}}
+{{- end -}}
+
+{{- define "pe.secret" -}}
+{{- if or .Values.database.create .Values.postgresql.enabled -}}
+{{- printf "%s-db" (include "pe.fullname" .) -}}
+{{- else -}}
+{{- .Values.database.existingSecret -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "pe.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{- define "pe.publication" -}}
+{{- default (printf "release-%d" .Release.Revision) .Values.publicationId -}}
+{{- end -}}
+
+{{/* Memory limit: the revision budget, half again for decoding copies, plus 96 MiB. */}}
+{{- define "pe.memory" -}}
+{{- $b := int .Values.run.memoryBudgetMiB -}}
+{{- printf "%dMi" (add $b (div $b 2) 96) -}}
+{{- end -}}
+
+{{/* The run's deadline: below activeDeadlineSeconds minus the grace period, a minute spare. */}}
+{{- define "pe.deadline" -}}
+{{- printf "%ds" (max 60 (sub (sub (int .Values.run.activeDeadlineSeconds) (int .Values.run.terminationGracePeriodSeconds)) 60)) -}}
+{{- end -}}
+
+{{/* The pod spec shared by the recovery Job and the sweep. */}}
+{{- define "pe.runPod" -}}
+restartPolicy: Never
+serviceAccountName: {{ include "pe.serviceAccount" . }}
+terminationGracePeriodSeconds: {{ .Values.run.terminationGracePeriodSeconds }}
+securityContext:
+  {{- toYaml .Values.podSecurityContext | nindent 2 }}
+containers:
+  - name: executor
+    image: {{ include "pe.image" . }}
+    imagePullPolicy: {{ .Values.image.pullPolicy }}
+    args: ["run"{{ if .Values.run.failOnRejected }}, "--fail-on-rejected"{{ end }}]
+    env:
+      - name: DATABASE_URL
+        valueFrom:
+          secretKeyRef:
+            name: {{ include "pe.secret" . }}
+            key: executor-url
+      - name: PACKAGE_EXECUTOR_LOG_FORMAT
+        value: json
+      - name: PACKAGE_EXECUTOR_DEADLINE
+        value: {{ include "pe.deadline" . | quote }}
+      - name: PACKAGE_EXECUTOR_MEMORY_BUDGET
+        value: {{ printf "%dMiB" (int .Values.run.memoryBudgetMiB) | quote }}
+      - name: PACKAGE_EXECUTOR_CONCURRENCY
+        value: {{ .Values.run.concurrency | quote }}
+      - name: PACKAGE_EXECUTOR_MAX_ATTEMPTS
+        value: {{ .Values.run.maxAttempts | quote }}
+      - name: PACKAGE_EXECUTOR_FINAL_PROBES
+        value: {{ .Values.run.finalProbes | quote }}
+      {{- if gt (int .Values.run.shards) 1 }}
+      - name: PACKAGE_EXECUTOR_SHARD_COUNT
+        value: {{ .Values.run.shards | quote }}
+      {{- end }}
+      - name: PACKAGE_EXECUTOR_JOB_NAME
+        valueFrom:
+          fieldRef:
+            fieldPath: metadata.labels['batch.kubernetes.io/job-name']
+      - name: PACKAGE_EXECUTOR_POD_NAMESPACE
+        valueFrom:
+          fieldRef:
+            fieldPath: metadata.namespace
+    resources:
+      requests:
+        cpu: {{ .Values.resources.requests.cpu }}
+        memory: {{ include "pe.memory" . }}
+      limits:
+        memory: {{ include "pe.memory" . }}
+    securityContext:
+      {{- toYaml .Values.securityContext | nindent 6 }}
+    terminationMessagePolicy: FallbackToLogsOnError
+{{- end -}}
+
+{{/* The Job spec shared by the recovery Job and the sweep. */}}
+{{- define "pe.runJobSpec" -}}
+activeDeadlineSeconds: {{ .Values.run.activeDeadlineSeconds }}
+ttlSecondsAfterFinished: {{ .Values.run.ttlSecondsAfterFinished }}
+{{- if gt (int .Values.run.shards) 1 }}
+completionMode: Indexed
+completions: {{ .Values.run.shards }}
+parallelism: {{ .Values.run.shards }}
+backoffLimitPerIndex: {{ .Values.run.backoffLimit }}
+{{- else }}
+backoffLimit: {{ .Values.run.backoffLimit }}
+{{- end }}
+podFailurePolicy:
+  rules:
+    - action: FailJob
+      onExitCodes:
+        containerName: executor
+        operator: In
+        values: [1, 2, 5, 6]
+    - action: Ignore
+      onPodConditions:
+        - type: DisruptionTarget
+          status: "True"
+template:
+  metadata:
+    labels:
+      {{- include "pe.selector" . | nindent 6 }}
+      app.kubernetes.io/component: snapshot-recovery
+  spec:
+    {{- include "pe.runPod" . | nindent 4 }}
+{{- end -}}
