@@ -48,7 +48,10 @@ check() {
   k -n "$NS" delete pod "$pod" --ignore-not-found >/dev/null
   k -n "$NS" run "$pod" --image="$IMAGE" --restart=Never --image-pull-policy=IfNotPresent \
     --overrides='{"spec":{"securityContext":{"runAsNonRoot":true,"runAsUser":65532,"seccompProfile":{"type":"RuntimeDefault"}},"containers":[{"name":"c","image":"'"$IMAGE"'","args":["current","'"$project"'","--json"],"env":[{"name":"DATABASE_URL","valueFrom":{"secretKeyRef":{"name":"package-executor-db","key":"executor-url"}}}],"securityContext":{"allowPrivilegeEscalation":false,"readOnlyRootFilesystem":true,"capabilities":{"drop":["ALL"]}}}]}}' >/dev/null
-  k -n "$NS" wait --for=jsonpath='{.status.phase}'=Succeeded "pod/$pod" --timeout=60s >/dev/null 2>&1 || true
+  for _ in $(seq 60); do
+    case $(k -n "$NS" get pod "$pod" -o jsonpath='{.status.phase}') in Succeeded|Failed) break ;; esac
+    sleep 1
+  done
   local code
   code=$(k -n "$NS" get pod "$pod" -o jsonpath='{.status.containerStatuses[0].state.terminated.exitCode}')
   if [ "$code" != "$want" ]; then
