@@ -7,6 +7,7 @@
 //! The contract is SPEC.md; the pure core is `canonical`, `identity`, `revision` and `planner`.
 
 pub mod canonical;
+pub mod canonical_text;
 pub mod cli;
 pub mod commands;
 pub mod coordinator;

@@ -78,6 +78,28 @@ proptest! {
     }
 
     #[test]
+    fn text_path_matches_value_path(v in arb_json()) {
+        let reference = serde_json_canonicalizer::to_vec(&v).unwrap();
+        let compact = serde_json::to_string(&v).unwrap();
+        prop_assert_eq!(&package_executor::canonical_text::to_vec(&compact, 128).unwrap(), &reference);
+        let spaced = scrambled(&v);
+        prop_assert_eq!(&package_executor::canonical_text::to_vec(&spaced, 128).unwrap(), &reference);
+        let escaped = serde_json::to_string(&v).unwrap().replace("é", "\\u00e9");
+        prop_assert_eq!(package_executor::canonical_text::to_vec(&escaped, 128).unwrap(), reference);
+    }
+
+    #[test]
+    fn text_path_accepts_and_refuses_like_the_value_path(s in "[\\[\\]{}:,\"a-c0-9.eE+\\- ]{0,24}") {
+        let value = canonical::parse_strict(s.as_bytes(), 128);
+        let text = package_executor::canonical_text::to_vec(&s, 128);
+        match (value, text) {
+            (Ok(v), Ok(t)) => prop_assert_eq!(canonical::to_vec(&v), t),
+            (Err(_), Err(_)) => {}
+            (v, t) => prop_assert!(false, "disagree on {:?}: value {:?} text {:?}", s, v.map(|_| ()), t.map(|_| ())),
+        }
+    }
+
+    #[test]
     fn numbers_match_reference(f in any::<f64>().prop_filter("finite", |f| f.is_finite())) {
         let mut ours = Vec::new();
         canonical::write_number(f, &mut ours);
