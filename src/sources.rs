@@ -7,7 +7,7 @@ use sqlx::Row;
 
 use crate::canonical;
 use crate::model::Digest;
-use crate::store::{Attempt, Dialect, Store, StoreError};
+use crate::store::{Attempt, Dialect, Store, StoreError, on_conn};
 
 /// `schema` of a fixture file.
 pub const FIXTURE_SCHEMA: &str = "package-executor/fixture@v1";
@@ -136,23 +136,6 @@ pub async fn import(store: &Store, fixture: &Fixture) -> Result<ImportReport, St
             Err(e)
         }
     }
-}
-
-macro_rules! on_conn {
-    ($a:ident, $c:ident, $d:ident => $body:expr) => {
-        match $a {
-            Attempt::Pg(tx) => {
-                let $c = &mut **tx;
-                let $d = Dialect::Postgres;
-                $body
-            }
-            Attempt::Lite(tx) => {
-                let $c = &mut **tx;
-                let $d = Dialect::Sqlite;
-                $body
-            }
-        }
-    };
 }
 
 async fn import_into(a: &mut Attempt, fixture: &Fixture) -> Result<ImportReport, StoreError> {

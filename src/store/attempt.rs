@@ -32,7 +32,8 @@ pub enum InsertOutcome {
     },
 }
 
-/// Runs `$body` with `$c` bound to the connection and `$d` to the dialect, for either arm.
+/// Runs `$body` with `$c` bound to the connection and `$d` to the dialect, for either arm, so
+/// one query text and one row mapping serve both dialects.
 macro_rules! on_conn {
     ($self:ident, $c:ident, $d:ident => $body:expr) => {
         match $self {
@@ -49,6 +50,8 @@ macro_rules! on_conn {
         }
     };
 }
+
+pub(crate) use on_conn;
 
 /// The advisory-lock key of a project: the first 4 bytes of SHA-256 of its id, big-endian.
 pub fn claim_key(project_id: &str) -> i32 {

@@ -16,6 +16,7 @@ use sqlx::postgres::PgConnectOptions;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{PgPool, SqlitePool};
 
+pub(crate) use attempt::on_conn;
 pub use attempt::{Attempt, InsertOutcome};
 pub use error::StoreError;
 use primary::PgTarget;
