@@ -152,13 +152,19 @@ fn median(mut v: Vec<Duration>) -> Duration {
 
 fn run_cli(bin: &PathBuf, url: &str, args: &[&str]) -> (Duration, serde_json::Value) {
     let t = Instant::now();
-    let out = Command::new(bin)
+    let out = Command::new("/usr/bin/time")
+        .args(["-f", "executor cpu: user %Us, system %Ss"])
+        .arg(bin)
         .args(args)
         .env("DATABASE_URL", url)
         .env("PACKAGE_EXECUTOR_LOG", "error")
         .output()
         .unwrap();
     let elapsed = t.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if let Some(cpu) = stderr.lines().find(|l| l.starts_with("executor cpu")) {
+        println!("    {cpu} (wall {:.2}s)", elapsed.as_secs_f64());
+    }
     let v = serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
     (elapsed, v)
 }
@@ -184,7 +190,10 @@ async fn fresh_sqlite(dir: &std::path::Path, name: &str) -> String {
 }
 
 async fn bench_run(bin: &PathBuf, dir: &std::path::Path) {
-    const N: usize = 10_000;
+    let n_env = std::env::var("BENCH_PROJECTS")
+        .ok()
+        .and_then(|v| v.parse().ok());
+    let n: usize = n_env.unwrap_or(10_000);
     for dialect in ["postgres", "sqlite"] {
         let url = if dialect == "postgres" {
             fresh_pg("bench_run").await
@@ -193,14 +202,15 @@ async fn bench_run(bin: &PathBuf, dir: &std::path::Path) {
         };
         let store = connect(&url).await;
         let t = Instant::now();
-        load(&store, 0, N, 8, 4, 1).await;
+        load(&store, 0, n, 8, 4, 1).await;
         println!(
-            "[run/{dialect}] loaded {N} projects x 8 packages x 4 tools in {:.1}s",
+            "[run/{dialect}] loaded {n} projects x 8 packages x 4 tools in {:.1}s",
             t.elapsed().as_secs_f64()
         );
         store.close().await;
-        let (cold, v) = run_cli(bin, &url, &["run", "--json"]);
-        let rate = N as f64 / cold.as_secs_f64();
+        let concurrency = std::env::var("BENCH_CONCURRENCY").unwrap_or_else(|_| "4".into());
+        let (cold, v) = run_cli(bin, &url, &["run", "--json", "--concurrency", &concurrency]);
+        let rate = n as f64 / cold.as_secs_f64();
         println!(
             "[run/{dialect}] cold run: {:.2}s, {rate:.0} projects/s, published {}",
             cold.as_secs_f64(),
@@ -222,7 +232,7 @@ async fn bench_run(bin: &PathBuf, dir: &std::path::Path) {
                 .await
                 .unwrap();
             let floor = t.elapsed();
-            let floor_rate = N as f64 / floor.as_secs_f64();
+            let floor_rate = n as f64 / floor.as_secs_f64();
             println!(
                 "[run/postgres] PL/pgSQL floor: {:.2}s, {floor_rate:.0} projects/s; executor/floor = {:.2}",
                 floor.as_secs_f64(),
