@@ -86,17 +86,6 @@ impl Sink for HashSink {
     }
 }
 
-/// A sink that only counts, to learn a canonical size without keeping the bytes.
-#[derive(Debug, Default)]
-pub struct CountSink(pub u64);
-
-impl Sink for CountSink {
-    #[inline]
-    fn put(&mut self, bytes: &[u8]) {
-        self.0 += bytes.len() as u64;
-    }
-}
-
 /// The canonical bytes of a value.
 pub fn to_vec(value: &Value) -> Vec<u8> {
     let mut out = Vec::with_capacity(256);

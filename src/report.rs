@@ -4,7 +4,6 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::rejection::RejectionCode;
 
 /// Exit codes of SPEC section 10.
 pub mod exit {
@@ -305,9 +304,4 @@ impl RunSummary {
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).unwrap_or_else(|_| String::from("{}"))
     }
-}
-
-/// Whether a rejection code string is one of SPEC section 6.
-pub fn is_rejection_code(code: &str) -> bool {
-    RejectionCode::parse(code).is_some()
 }

@@ -168,26 +168,6 @@ impl Attempt {
         })
     }
 
-    /// A revision's lengths (`None` when no row exists), read before its bytes.
-    pub async fn revision_length(
-        &mut self,
-        revision_digest: &str,
-    ) -> Result<Option<StoredLength>, StoreError> {
-        on_conn!(self, c, d => {
-            let row = sqlx::query(for_dialect(d, sql::REVISION_LENGTH))
-                .bind(revision_digest)
-                .fetch_optional(c)
-                .await?;
-            match row {
-                None => Ok(None),
-                Some(r) => Ok(Some(StoredLength {
-                    byte_length: r.try_get("byte_length")?,
-                    actual_length: r.try_get("actual_length")?,
-                })),
-            }
-        })
-    }
-
     /// The lengths of the given revisions (absent ones are missing from the map), in one query
     /// that never reads their bytes.
     pub async fn revision_lengths(

@@ -37,7 +37,7 @@ impl StoreError {
         matches!(self, StoreError::Transient(_) | StoreError::Unavailable(_))
     }
 
-    /// The SQLSTATE or SQLite code, when the error came from the server.
+    /// Whether the database cannot be used at all (unreachable or not migrated): exit 8.
     pub fn is_unavailable(&self) -> bool {
         matches!(
             self,

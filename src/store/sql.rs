@@ -42,13 +42,6 @@ WHERE i.project_id = $1 AND i.active_generation IS NOT NULL
 ORDER BY i.package_name
 LIMIT 129";
 
-/// A revision's stored and declared lengths, checked before its bytes are fetched.
-pub const REVISION_LENGTH: &str = "
-SELECT CAST(r.byte_length AS BIGINT) AS byte_length,
-       CAST(LENGTH_FN(r.content) AS BIGINT) AS actual_length
-FROM ql3.materialized_revisions AS r
-WHERE r.revision_digest = $1";
-
 /// The lengths of several revisions at once (never their bytes), PostgreSQL.
 pub const REVISION_LENGTHS_PG: &str = "
 SELECT r.revision_digest, CAST(r.byte_length AS BIGINT) AS byte_length,
