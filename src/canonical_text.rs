@@ -1,218 +1,19 @@
-//! RFC 8785 straight from JSON text, without building a `serde_json::Value`.
+//! RFC 8785 straight from JSON text, in one pass, without building a `serde_json::Value`.
 //!
-//! The text is parsed once into a flat tape (spans into the input, containers as contiguous
-//! child ranges), so writing walks contiguous memory instead of a tree of maps. Strings without
-//! escapes and short integer literals are copied verbatim, since their source spelling already is
-//! canonical. Strict like [`crate::canonical::parse_strict`]: duplicate member names, lone
-//! surrogates, numbers beyond a double and trailing content are errors. `serde_json_canonicalizer`
-//! is the differential reference in the property tests.
+//! The output is written as the text is parsed: strings without escapes and short integer
+//! literals are copied verbatim (their source spelling already is canonical), and each object's
+//! members are written in source order while their order is checked; only an object whose
+//! members arrive out of order has its (already canonical) member spans rearranged. Strict like
+//! [`crate::canonical::parse_strict`]: duplicate member names, lone surrogates, numbers beyond a
+//! double and trailing content are errors. `serde_json_canonicalizer` is the differential
+//! reference in the property tests.
+
+use std::cmp::Ordering;
 
 use crate::canonical::{self, JsonError, Sink};
 
-#[derive(Clone, Copy, Debug)]
-enum Node {
-    Null,
-    True,
-    False,
-    /// A number literal, `start..end` in the input.
-    Num(u32, u32),
-    /// A string's contents between the quotes; `true` when it holds escapes.
-    Str(u32, u32, bool),
-    /// `len` children starting at tape index `first`.
-    Arr(u32, u32),
-    /// `len` key/value pairs (2 × len tape entries) starting at `first`.
-    Obj(u32, u32),
-}
-
-struct Parser<'a> {
-    text: &'a [u8],
-    pos: usize,
-    tape: Vec<Node>,
-    stack: Vec<Node>,
-    depth: usize,
-    max_depth: usize,
-}
-
 fn err(msg: impl Into<String>) -> JsonError {
     JsonError::Syntax(msg.into())
-}
-
-impl<'a> Parser<'a> {
-    fn ws(&mut self) {
-        while let Some(&b) = self.text.get(self.pos) {
-            if matches!(b, b' ' | b'\n' | b'\r' | b'\t') {
-                self.pos += 1;
-            } else {
-                break;
-            }
-        }
-    }
-
-    fn at(&self) -> String {
-        format!("at byte {}", self.pos)
-    }
-
-    fn literal(&mut self, word: &[u8], node: Node) -> Result<Node, JsonError> {
-        if self.text[self.pos..].starts_with(word) {
-            self.pos += word.len();
-            Ok(node)
-        } else {
-            Err(err(format!("invalid literal {}", self.at())))
-        }
-    }
-
-    fn string(&mut self) -> Result<Node, JsonError> {
-        // self.text[self.pos] == b'"'
-        let start = self.pos + 1;
-        let mut i = start;
-        let mut escaped = false;
-        loop {
-            let Some(off) = memchr::memchr3(b'"', b'\\', b'\n', &self.text[i..]) else {
-                return Err(err(format!("unterminated string starting at byte {start}")));
-            };
-            // Control characters are not allowed raw; check the run we skipped.
-            if self.text[i..i + off].iter().any(|&b| b < 0x20) {
-                return Err(err(format!("control character in a string near byte {i}")));
-            }
-            i += off;
-            match self.text[i] {
-                b'"' => break,
-                b'\\' => {
-                    escaped = true;
-                    match self.text.get(i + 1) {
-                        Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => i += 2,
-                        Some(b'u') => {
-                            let hex = self
-                                .text
-                                .get(i + 2..i + 6)
-                                .ok_or_else(|| err("truncated \\u escape"))?;
-                            if !hex.iter().all(u8::is_ascii_hexdigit) {
-                                return Err(err(format!("invalid \\u escape at byte {i}")));
-                            }
-                            i += 6;
-                        }
-                        _ => return Err(err(format!("invalid escape at byte {i}"))),
-                    }
-                }
-                _ => return Err(err(format!("raw newline in a string at byte {i}"))),
-            }
-        }
-        self.pos = i + 1;
-        Ok(Node::Str(start as u32, i as u32, escaped))
-    }
-
-    fn number(&mut self) -> Result<Node, JsonError> {
-        let start = self.pos;
-        let t = self.text;
-        let mut i = start;
-        if t.get(i) == Some(&b'-') {
-            i += 1;
-        }
-        match t.get(i) {
-            Some(b'0') => i += 1,
-            Some(b'1'..=b'9') => {
-                while t.get(i).is_some_and(u8::is_ascii_digit) {
-                    i += 1;
-                }
-            }
-            _ => return Err(err(format!("invalid number at byte {start}"))),
-        }
-        if t.get(i) == Some(&b'.') {
-            i += 1;
-            let digits = i;
-            while t.get(i).is_some_and(u8::is_ascii_digit) {
-                i += 1;
-            }
-            if i == digits {
-                return Err(err(format!("invalid fraction at byte {start}")));
-            }
-        }
-        if matches!(t.get(i), Some(b'e' | b'E')) {
-            i += 1;
-            if matches!(t.get(i), Some(b'+' | b'-')) {
-                i += 1;
-            }
-            let digits = i;
-            while t.get(i).is_some_and(u8::is_ascii_digit) {
-                i += 1;
-            }
-            if i == digits {
-                return Err(err(format!("invalid exponent at byte {start}")));
-            }
-        }
-        self.pos = i;
-        Ok(Node::Num(start as u32, i as u32))
-    }
-
-    fn value(&mut self) -> Result<Node, JsonError> {
-        self.ws();
-        match self.text.get(self.pos) {
-            None => Err(err("unexpected end of input")),
-            Some(b'"') => self.string(),
-            Some(b'n') => self.literal(b"null", Node::Null),
-            Some(b't') => self.literal(b"true", Node::True),
-            Some(b'f') => self.literal(b"false", Node::False),
-            Some(b'-' | b'0'..=b'9') => self.number(),
-            Some(b'[') => self.container(false),
-            Some(b'{') => self.container(true),
-            Some(_) => Err(err(format!("unexpected character {}", self.at()))),
-        }
-    }
-
-    fn container(&mut self, object: bool) -> Result<Node, JsonError> {
-        self.depth += 1;
-        if self.depth > self.max_depth {
-            return Err(JsonError::TooDeep(self.max_depth));
-        }
-        self.pos += 1;
-        let base = self.stack.len();
-        let close = if object { b'}' } else { b']' };
-        self.ws();
-        if self.text.get(self.pos) == Some(&close) {
-            self.pos += 1;
-        } else {
-            loop {
-                if object {
-                    self.ws();
-                    if self.text.get(self.pos) != Some(&b'"') {
-                        return Err(err(format!("expected a member name {}", self.at())));
-                    }
-                    let key = self.string()?;
-                    self.stack.push(key);
-                    self.ws();
-                    if self.text.get(self.pos) != Some(&b':') {
-                        return Err(err(format!("expected ':' {}", self.at())));
-                    }
-                    self.pos += 1;
-                }
-                let v = self.value()?;
-                self.stack.push(v);
-                self.ws();
-                match self.text.get(self.pos) {
-                    Some(b',') => self.pos += 1,
-                    Some(&c) if c == close => {
-                        self.pos += 1;
-                        break;
-                    }
-                    _ => {
-                        return Err(err(format!(
-                            "expected ',' or a closing bracket {}",
-                            self.at()
-                        )));
-                    }
-                }
-            }
-        }
-        let first = self.tape.len() as u32;
-        let n = (self.stack.len() - base) as u32;
-        self.tape.extend(self.stack.drain(base..));
-        self.depth -= 1;
-        Ok(if object {
-            Node::Obj(first, n / 2)
-        } else {
-            Node::Arr(first, n)
-        })
-    }
 }
 
 /// Decodes an escaped string span, refusing lone surrogates.
@@ -266,151 +67,377 @@ fn decode(span: &[u8]) -> Result<String, JsonError> {
     Ok(out)
 }
 
-struct Writer<'a> {
-    text: &'a [u8],
-    tape: &'a [Node],
-    keys: Vec<(std::borrow::Cow<'a, [u8]>, u32)>,
+/// One member of an object being written: offsets into the output.
+#[derive(Clone, Copy, Debug)]
+struct Member {
+    /// Start of `"key":value`.
+    start: usize,
+    /// The key's bytes between its quotes (canonical form).
+    key: (usize, usize),
+    /// End of the value.
+    end: usize,
+    /// The key needs decoding to compare (escapes or supplementary characters).
+    slow: bool,
 }
 
-impl<'a> Writer<'a> {
-    /// A member name as UTF-8 bytes (spans of the `&str` input between ASCII quotes are UTF-8,
-    /// and byte order is code point order).
-    fn key(&self, node: Node) -> Result<std::borrow::Cow<'a, [u8]>, JsonError> {
-        match node {
-            Node::Str(s, e, false) => Ok(std::borrow::Cow::Borrowed(
-                &self.text[s as usize..e as usize],
-            )),
-            Node::Str(s, e, true) => Ok(std::borrow::Cow::Owned(
-                decode(&self.text[s as usize..e as usize])?.into_bytes(),
-            )),
-            _ => Err(err("member name is not a string")),
+struct Canon<'a> {
+    t: &'a [u8],
+    pos: usize,
+    out: Vec<u8>,
+    members: Vec<Member>,
+    scratch: Vec<u8>,
+    depth: usize,
+    max_depth: usize,
+}
+
+impl Canon<'_> {
+    fn ws(&mut self) {
+        while let Some(b' ' | b'\n' | b'\r' | b'\t') = self.t.get(self.pos) {
+            self.pos += 1;
         }
     }
 
-    fn write<S: Sink>(&mut self, node: Node, out: &mut S) -> Result<(), JsonError> {
-        match node {
-            Node::Null => out.put(b"null"),
-            Node::True => out.put(b"true"),
-            Node::False => out.put(b"false"),
-            Node::Num(s, e) => {
-                let lit = &self.text[s as usize..e as usize];
-                // Short integers (no leading zeros, not -0) are already in ECMAScript form.
-                let digits = lit.strip_prefix(b"-").unwrap_or(lit);
-                if digits.len() <= 15 && digits.iter().all(u8::is_ascii_digit) && lit != b"-0" {
-                    out.put(lit);
-                } else {
-                    let f: f64 = std::str::from_utf8(lit)
-                        .ok()
-                        .and_then(|t| t.parse().ok())
-                        .ok_or_else(|| err("invalid number"))?;
-                    if !f.is_finite() {
-                        return Err(err("number out of range"));
-                    }
-                    canonical::write_number(f, out);
+    fn at(&self) -> String {
+        format!("at byte {}", self.pos)
+    }
+
+    fn literal(&mut self, word: &[u8]) -> Result<(), JsonError> {
+        if self.t[self.pos..].starts_with(word) {
+            self.pos += word.len();
+            self.out.extend_from_slice(word);
+            Ok(())
+        } else {
+            Err(err(format!("invalid literal {}", self.at())))
+        }
+    }
+
+    /// Writes a string (the cursor is on its opening quote); returns whether it needed decoding.
+    fn string(&mut self) -> Result<bool, JsonError> {
+        let start = self.pos + 1;
+        // Keys and short values end within a few bytes: a plain loop beats a SIMD search's
+        // setup there; longer strings fall through to memchr.
+        let t = self.t;
+        let mut i = start;
+        let short_end = (start + 24).min(t.len());
+        let mut end = None;
+        while i < short_end {
+            match t[i] {
+                b'"' | b'\\' => {
+                    end = Some(i);
+                    break;
                 }
-            }
-            Node::Str(s, e, false) => {
-                out.put(b"\"");
-                out.put(&self.text[s as usize..e as usize]);
-                out.put(b"\"");
-            }
-            Node::Str(s, e, true) => {
-                canonical::write_string(&decode(&self.text[s as usize..e as usize])?, out)
-            }
-            Node::Arr(first, len) => {
-                out.put(b"[");
-                for i in 0..len {
-                    if i > 0 {
-                        out.put(b",");
-                    }
-                    self.write(self.tape[(first + i) as usize], out)?;
+                b if b < 0x20 => {
+                    return Err(err(format!("control character in a string at byte {i}")));
                 }
-                out.put(b"]");
-            }
-            Node::Obj(first, len) => {
-                let base = self.keys.len();
-                let mut supplementary = false;
-                for m in 0..len {
-                    let at = first + 2 * m;
-                    let k = self.key(self.tape[at as usize])?;
-                    supplementary |= k.iter().any(|&b| b >= 0xF0);
-                    self.keys.push((k, at));
-                }
-                let members = &mut self.keys[base..];
-                if supplementary {
-                    let utf16 = |k: &[u8]| {
-                        String::from_utf8_lossy(k)
-                            .encode_utf16()
-                            .collect::<Vec<u16>>()
-                    };
-                    members.sort_by_cached_key(|m| utf16(&m.0));
-                } else {
-                    members.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-                }
-                if let Some(w) = members.windows(2).find(|w| w[0].0 == w[1].0) {
-                    return Err(err(format!(
-                        "duplicate member name {:?}",
-                        String::from_utf8_lossy(&w[0].0)
-                    )));
-                }
-                out.put(b"{");
-                for m in 0..len as usize {
-                    if m > 0 {
-                        out.put(b",");
-                    }
-                    let at = self.keys[base + m].1 as usize;
-                    let (k, v) = (self.tape[at], self.tape[at + 1]);
-                    self.write(k, out)?;
-                    out.put(b":");
-                    self.write(v, out)?;
-                }
-                out.put(b"}");
-                self.keys.truncate(base);
+                _ => i += 1,
             }
         }
+        let end = match end {
+            Some(e) => e,
+            None => {
+                let Some(off) = memchr::memchr2(b'"', b'\\', &t[i..]) else {
+                    return Err(err(format!("unterminated string starting at byte {start}")));
+                };
+                if t[i..i + off].iter().any(|&b| b < 0x20) {
+                    return Err(err(format!("control character in a string near byte {i}")));
+                }
+                i + off
+            }
+        };
+        if t[end] == b'"' {
+            self.out.push(b'"');
+            self.out.extend_from_slice(&t[start..end]);
+            self.out.push(b'"');
+            self.pos = end + 1;
+            return Ok(false);
+        }
+        // Escapes: find the real end, validating escapes on the way, then decode.
+        let mut i = end;
+        loop {
+            match self.t.get(i) {
+                Some(b'"') => break,
+                Some(b'\\') => match self.t.get(i + 1) {
+                    Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => i += 2,
+                    Some(b'u') => {
+                        let hex = self
+                            .t
+                            .get(i + 2..i + 6)
+                            .ok_or_else(|| err("truncated \\u escape"))?;
+                        if !hex.iter().all(u8::is_ascii_hexdigit) {
+                            return Err(err(format!("invalid \\u escape at byte {i}")));
+                        }
+                        i += 6;
+                    }
+                    _ => return Err(err(format!("invalid escape at byte {i}"))),
+                },
+                Some(&b) if b < 0x20 => {
+                    return Err(err(format!("control character in a string at byte {i}")));
+                }
+                Some(_) => i += 1,
+                None => return Err(err(format!("unterminated string starting at byte {start}"))),
+            }
+        }
+        let decoded = decode(&self.t[start..i])?;
+        canonical::write_string(&decoded, &mut self.out);
+        self.pos = i + 1;
+        Ok(true)
+    }
+
+    fn number(&mut self) -> Result<(), JsonError> {
+        let t = self.t;
+        let start = self.pos;
+        let mut i = start;
+        if t.get(i) == Some(&b'-') {
+            i += 1;
+        }
+        match t.get(i) {
+            Some(b'0') => i += 1,
+            Some(b'1'..=b'9') => {
+                while t.get(i).is_some_and(u8::is_ascii_digit) {
+                    i += 1;
+                }
+            }
+            _ => return Err(err(format!("invalid number at byte {start}"))),
+        }
+        let int_end = i;
+        if t.get(i) == Some(&b'.') {
+            i += 1;
+            let d = i;
+            while t.get(i).is_some_and(u8::is_ascii_digit) {
+                i += 1;
+            }
+            if i == d {
+                return Err(err(format!("invalid fraction at byte {start}")));
+            }
+        }
+        if matches!(t.get(i), Some(b'e' | b'E')) {
+            i += 1;
+            if matches!(t.get(i), Some(b'+' | b'-')) {
+                i += 1;
+            }
+            let d = i;
+            while t.get(i).is_some_and(u8::is_ascii_digit) {
+                i += 1;
+            }
+            if i == d {
+                return Err(err(format!("invalid exponent at byte {start}")));
+            }
+        }
+        self.pos = i;
+        let lit = &t[start..i];
+        // Short integers (not -0) are already in ECMAScript form.
+        if i == int_end && lit.len() <= 16 && lit != b"-0" {
+            self.out.extend_from_slice(lit);
+            return Ok(());
+        }
+        let f: f64 = std::str::from_utf8(lit)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| err("invalid number"))?;
+        if !f.is_finite() {
+            return Err(err(format!("number out of range at byte {start}")));
+        }
+        canonical::write_number(f, &mut self.out);
+        Ok(())
+    }
+
+    fn value(&mut self) -> Result<(), JsonError> {
+        self.ws();
+        match self.t.get(self.pos) {
+            None => Err(err("unexpected end of input")),
+            Some(b'"') => self.string().map(|_| ()),
+            Some(b'n') => self.literal(b"null"),
+            Some(b't') => self.literal(b"true"),
+            Some(b'f') => self.literal(b"false"),
+            Some(b'-' | b'0'..=b'9') => self.number(),
+            Some(b'[') => self.array(),
+            Some(b'{') => self.object(),
+            Some(_) => Err(err(format!("unexpected character {}", self.at()))),
+        }
+    }
+
+    fn enter(&mut self) -> Result<(), JsonError> {
+        self.depth += 1;
+        if self.depth > self.max_depth {
+            return Err(JsonError::TooDeep(self.max_depth));
+        }
+        self.pos += 1;
+        Ok(())
+    }
+
+    fn array(&mut self) -> Result<(), JsonError> {
+        self.enter()?;
+        self.out.push(b'[');
+        self.ws();
+        if self.t.get(self.pos) == Some(&b']') {
+            self.pos += 1;
+        } else {
+            loop {
+                self.value()?;
+                self.ws();
+                match self.t.get(self.pos) {
+                    Some(b',') => {
+                        self.pos += 1;
+                        self.out.push(b',');
+                    }
+                    Some(b']') => {
+                        self.pos += 1;
+                        break;
+                    }
+                    _ => return Err(err(format!("expected ',' or ']' {}", self.at()))),
+                }
+            }
+        }
+        self.out.push(b']');
+        self.depth -= 1;
+        Ok(())
+    }
+
+    /// A sort key: the key's bytes, or (when any key of the object needs it) its decoded UTF-16
+    /// code units as big-endian bytes, whose byte order is code unit order.
+    fn key_of(&self, m: &Member, utf16: bool) -> std::borrow::Cow<'_, [u8]> {
+        let bytes = &self.out[m.key.0..m.key.1];
+        if utf16 {
+            // Canonical strings re-parse exactly; compare decoded keys by UTF-16 code units.
+            let text = decode(bytes).unwrap_or_default();
+            let units: Vec<u8> = text.encode_utf16().flat_map(u16::to_be_bytes).collect();
+            std::borrow::Cow::Owned(units)
+        } else {
+            std::borrow::Cow::Borrowed(bytes)
+        }
+    }
+
+    fn compare(&self, a: &Member, b: &Member) -> Ordering {
+        if a.slow || b.slow {
+            let utf16 = |m: &Member| {
+                let text = decode(&self.out[m.key.0..m.key.1]).unwrap_or_default();
+                text.encode_utf16().collect::<Vec<u16>>()
+            };
+            utf16(a).cmp(&utf16(b))
+        } else {
+            self.out[a.key.0..a.key.1].cmp(&self.out[b.key.0..b.key.1])
+        }
+    }
+
+    fn object(&mut self) -> Result<(), JsonError> {
+        self.enter()?;
+        self.out.push(b'{');
+        let base = self.members.len();
+        let mut sorted = true;
+        self.ws();
+        if self.t.get(self.pos) == Some(&b'}') {
+            self.pos += 1;
+        } else {
+            loop {
+                self.ws();
+                if self.t.get(self.pos) != Some(&b'"') {
+                    return Err(err(format!("expected a member name {}", self.at())));
+                }
+                let start = self.out.len();
+                let escaped = self.string()?;
+                let key = (start + 1, self.out.len() - 1);
+                let slow = escaped || self.out[key.0..key.1].iter().any(|&b| b >= 0xF0);
+                self.ws();
+                if self.t.get(self.pos) != Some(&b':') {
+                    return Err(err(format!("expected ':' {}", self.at())));
+                }
+                self.pos += 1;
+                self.out.push(b':');
+                self.value()?;
+                let m = Member {
+                    start,
+                    key,
+                    end: self.out.len(),
+                    slow,
+                };
+                if let Some(prev) = self.members[base..].last() {
+                    match self.compare(prev, &m) {
+                        Ordering::Less => {}
+                        Ordering::Equal => {
+                            return Err(err(format!(
+                                "duplicate member name {:?}",
+                                String::from_utf8_lossy(&self.out[key.0..key.1])
+                            )));
+                        }
+                        Ordering::Greater => sorted = false,
+                    }
+                }
+                self.members.push(m);
+                self.ws();
+                match self.t.get(self.pos) {
+                    Some(b',') => {
+                        self.pos += 1;
+                        self.out.push(b',');
+                    }
+                    Some(b'}') => {
+                        self.pos += 1;
+                        break;
+                    }
+                    _ => return Err(err(format!("expected ',' or '}}' {}", self.at()))),
+                }
+            }
+        }
+        if !sorted {
+            let mut order: Vec<Member> = self.members[base..].to_vec();
+            let utf16 = order.iter().any(|m| m.slow);
+            order.sort_by_cached_key(|m| self.key_of(m, utf16).into_owned());
+            if let Some(w) = order
+                .windows(2)
+                .find(|w| self.compare(&w[0], &w[1]) == Ordering::Equal)
+            {
+                return Err(err(format!(
+                    "duplicate member name {:?}",
+                    String::from_utf8_lossy(&self.out[w[0].key.0..w[0].key.1])
+                )));
+            }
+            let first = self.members[base].start;
+            self.scratch.clear();
+            for (i, m) in order.iter().enumerate() {
+                if i > 0 {
+                    self.scratch.push(b',');
+                }
+                self.scratch.extend_from_slice(&self.out[m.start..m.end]);
+            }
+            self.out.truncate(first);
+            self.out.extend_from_slice(&self.scratch);
+        }
+        self.members.truncate(base);
+        self.out.push(b'}');
+        self.depth -= 1;
         Ok(())
     }
 }
 
-/// Writes the RFC 8785 form of one JSON document given as text.
+/// Writes the RFC 8785 form of one JSON document given as text. On an error nothing is
+/// written to the sink.
 pub fn canonicalize<S: Sink>(text: &str, max_depth: usize, out: &mut S) -> Result<(), JsonError> {
-    if text.len() > u32::MAX as usize {
-        return Err(err("document too large"));
-    }
-    let mut p = Parser {
-        text: text.as_bytes(),
-        pos: 0,
-        tape: Vec::with_capacity(text.len() / 16),
-        stack: Vec::new(),
-        depth: 0,
-        max_depth,
-    };
-    let root = p.value()?;
-    p.ws();
-    if p.pos != p.text.len() {
-        return Err(err(format!("trailing characters {}", p.at())));
-    }
-    // On an error the sink holds a partial document: callers discard it (see `to_vec`, `digest`).
-    let mut w = Writer {
-        text: p.text,
-        tape: &p.tape,
-        keys: Vec::new(),
-    };
-    w.write(root, out)
+    let bytes = to_vec(text, max_depth)?;
+    out.put(&bytes);
+    Ok(())
 }
 
 /// The canonical bytes of a JSON text.
 pub fn to_vec(text: &str, max_depth: usize) -> Result<Vec<u8>, JsonError> {
-    let mut out = Vec::with_capacity(text.len());
-    canonicalize(text, max_depth, &mut out)?;
-    Ok(out)
+    let mut c = Canon {
+        t: text.as_bytes(),
+        pos: 0,
+        out: Vec::with_capacity(text.len()),
+        members: Vec::new(),
+        scratch: Vec::new(),
+        depth: 0,
+        max_depth,
+    };
+    c.value()?;
+    c.ws();
+    if c.pos != c.t.len() {
+        return Err(err(format!("trailing characters {}", c.at())));
+    }
+    Ok(c.out)
 }
 
-/// The digest of a JSON text's canonical bytes, without materialising them.
+/// The digest of a JSON text's canonical bytes.
 pub fn digest(text: &str, max_depth: usize) -> Result<crate::model::Digest, JsonError> {
-    let mut sink = canonical::HashSink::default();
-    canonicalize(text, max_depth, &mut sink)?;
-    Ok(sink.finish().0)
+    Ok(crate::model::Digest::of(&to_vec(text, max_depth)?))
 }
 
 #[cfg(test)]

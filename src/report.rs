@@ -4,7 +4,6 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-
 /// Exit codes of SPEC section 10.
 pub mod exit {
     /// Success.

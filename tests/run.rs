@@ -442,22 +442,40 @@ async fn sigterm_and_deadline_stop_cleanly_with_a_summary() {
         let summary_file = dir.path().join("summary.json");
 
         // SIGTERM after 50 projects: stop taking work, let in-flight transactions finish.
-        let child = run_until(&url, 50, &["--json", "--summary-file", summary_file.to_str().unwrap()]).await;
+        let child = run_until(
+            &url,
+            50,
+            &["--json", "--summary-file", summary_file.to_str().unwrap()],
+        )
+        .await;
         let pid = child.id().unwrap().to_string();
-        let kill = Command::new("kill").args(["-TERM", &pid]).status().await.unwrap();
+        let kill = Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .await
+            .unwrap();
         assert!(kill.success());
         let out = child.wait_with_output().await.unwrap();
         assert_eq!(out.status.code(), Some(3), "work left pending: exit 3");
         let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(summary["exitCode"], 3);
-        let written: serde_json::Value = serde_json::from_slice(&std::fs::read(&summary_file).unwrap()).unwrap();
+        let written: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&summary_file).unwrap()).unwrap();
         assert_eq!(written, summary, "the summary file says the same");
         let published = scalar(&store, "SELECT COUNT(*) FROM ql3.tool_definition_snapshots").await;
-        assert_eq!(summary["published"].as_i64().unwrap(), published, "every in-flight publish committed and was counted");
+        assert_eq!(
+            summary["published"].as_i64().unwrap(),
+            published,
+            "every in-flight publish committed and was counted"
+        );
         assert_eq!(partial_snapshots(&store).await, 0);
 
         // --deadline does the same on its own.
-        let out = exe(&url).args(["run", "--json", "--deadline", "300ms", "--concurrency", "1"]).output().await.unwrap();
+        let out = exe(&url)
+            .args(["run", "--json", "--deadline", "300ms", "--concurrency", "1"])
+            .output()
+            .await
+            .unwrap();
         assert_eq!(out.status.code(), Some(3));
         let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(summary["exitCode"], 3);
