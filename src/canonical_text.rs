@@ -67,6 +67,39 @@ fn decode(span: &[u8]) -> Result<String, JsonError> {
     Ok(out)
 }
 
+/// The canonical spelling of a number literal when it can be had without converting through a
+/// double: a decimal without exponent whose significant digits (at most 15) all survive the
+/// round trip, so ECMAScript prints exactly them. `int_len` is the length of the sign and integer
+/// part. Integral values written with a zero fraction (`1000.0`) lose the fraction.
+fn plain_decimal(lit: &[u8], int_len: usize) -> Option<&[u8]> {
+    if lit.iter().any(|&b| b == b'e' || b == b'E') {
+        return None;
+    }
+    let (int_part, frac) = lit.split_at(int_len);
+    let frac = frac.strip_prefix(b".").unwrap_or(frac);
+    let digits = int_part.strip_prefix(b"-").unwrap_or(int_part);
+    if frac.iter().all(|&b| b == b'0') {
+        // An integer (maybe written as 1000.0); -0 is 0.
+        if digits == b"0" {
+            return Some(b"0");
+        }
+        return (digits.len() <= 15).then_some(int_part);
+    }
+    if frac.last() == Some(&b'0') {
+        return None;
+    }
+    let significant = if digits == b"0" {
+        let leading = frac.iter().take_while(|&&b| b == b'0').count();
+        if leading > 5 {
+            return None; // below 1e-6 ECMAScript switches to exponent form
+        }
+        frac.len() - leading
+    } else {
+        digits.len() + frac.len()
+    };
+    (significant <= 15).then_some(lit)
+}
+
 /// One member of an object being written: offsets into the output.
 #[derive(Clone, Copy, Debug)]
 struct Member {
@@ -225,9 +258,8 @@ impl Canon<'_> {
         }
         self.pos = i;
         let lit = &t[start..i];
-        // Short integers (not -0) are already in ECMAScript form.
-        if i == int_end && lit.len() <= 16 && lit != b"-0" {
-            self.out.extend_from_slice(lit);
+        if let Some(fast) = plain_decimal(lit, int_end - start) {
+            self.out.extend_from_slice(fast);
             return Ok(());
         }
         let f: f64 = std::str::from_utf8(lit)

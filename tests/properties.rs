@@ -100,6 +100,13 @@ proptest! {
     }
 
     #[test]
+    fn decimal_literals_agree_on_both_paths(lit in "-?(0|[1-9][0-9]{0,17})(\\.[0-9]{1,18})?") {
+        let text = format!("[{lit}]");
+        let via_value = canonical::to_vec(&canonical::parse_strict(text.as_bytes(), 4).unwrap());
+        prop_assert_eq!(package_executor::canonical_text::to_vec(&text, 4).unwrap(), via_value);
+    }
+
+    #[test]
     fn numbers_match_reference(f in any::<f64>().prop_filter("finite", |f| f.is_finite())) {
         let mut ours = Vec::new();
         canonical::write_number(f, &mut ours);
