@@ -347,7 +347,12 @@ impl Canon<'_> {
             };
             utf16(a).cmp(&utf16(b))
         } else {
-            self.out[a.key.0..a.key.1].cmp(&self.out[b.key.0..b.key.1])
+            // Keys are short and usually differ early: a plain loop beats a memcmp call.
+            let (x, y) = (&self.out[a.key.0..a.key.1], &self.out[b.key.0..b.key.1]);
+            match x.iter().zip(y).find(|(p, q)| p != q) {
+                Some((p, q)) => p.cmp(q),
+                None => x.len().cmp(&y.len()),
+            }
         }
     }
 
