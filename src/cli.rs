@@ -108,7 +108,7 @@ pub enum Command {
         /// The JSON file; stdin when absent.
         file: Option<PathBuf>,
         /// Print `sha256:…` of the canonical bytes instead.
-        #[arg(long)]
+        #[arg(long, env = "PACKAGE_EXECUTOR_DIGEST")]
         digest: bool,
     },
     /// Canonical tool identities.
@@ -171,19 +171,19 @@ pub enum SourcesCommand {
     /// Activate a generation in one transaction.
     Activate {
         /// Installation id.
-        #[arg(long)]
+        #[arg(long, env = "PACKAGE_EXECUTOR_INSTALLATION")]
         installation: String,
         /// Generation number.
-        #[arg(long)]
+        #[arg(long, env = "PACKAGE_EXECUTOR_GENERATION")]
         generation: i64,
     },
     /// Remove a package from a project.
     Remove {
         /// Project id.
-        #[arg(long)]
+        #[arg(long, env = "PACKAGE_EXECUTOR_PROJECT")]
         project: String,
         /// Package name.
-        #[arg(long)]
+        #[arg(long, env = "PACKAGE_EXECUTOR_PACKAGE")]
         package: String,
     },
 }
@@ -194,13 +194,13 @@ pub enum IdentityCommand {
     /// Print the canonical string of an identity.
     Encode {
         /// Source (`package`, `builtin`, `mcp`, …).
-        #[arg(long)]
+        #[arg(long, env = "PACKAGE_EXECUTOR_SOURCE")]
         source: String,
         /// Origin (package, server or plugin).
-        #[arg(long)]
+        #[arg(long, env = "PACKAGE_EXECUTOR_ORIGIN")]
         origin: String,
         /// Local tool name.
-        #[arg(long)]
+        #[arg(long, env = "PACKAGE_EXECUTOR_NAME")]
         name: String,
     },
     /// Decode a canonical string into `{"source","origin","name"}`.
