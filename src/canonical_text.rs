@@ -145,8 +145,11 @@ impl Canon<'_> {
     }
 
     /// Writes a string (the cursor is on its opening quote); returns whether it needed decoding.
-    fn string(&mut self) -> Result<bool, JsonError> {
+    /// Writes a string (the cursor is on its opening quote). Returns whether it had escapes and,
+    /// when `want_high`, whether it holds a byte >= 0xF0 (a supplementary character).
+    fn string(&mut self, want_high: bool) -> Result<(bool, bool), JsonError> {
         let start = self.pos + 1;
+        let mut high = false;
         // Keys and short values end within a few bytes: a plain loop beats a SIMD search's
         // setup there; longer strings fall through to memchr.
         let t = self.t;
@@ -162,7 +165,10 @@ impl Canon<'_> {
                 b if b < 0x20 => {
                     return Err(err(format!("control character in a string at byte {i}")));
                 }
-                _ => i += 1,
+                b => {
+                    high |= b >= 0xF0;
+                    i += 1;
+                }
             }
         }
         let end = match end {
@@ -174,6 +180,9 @@ impl Canon<'_> {
                 if t[i..i + off].iter().any(|&b| b < 0x20) {
                     return Err(err(format!("control character in a string near byte {i}")));
                 }
+                if want_high {
+                    high |= t[i..i + off].iter().any(|&b| b >= 0xF0);
+                }
                 i + off
             }
         };
@@ -182,15 +191,21 @@ impl Canon<'_> {
             self.out.extend_from_slice(&t[start..end]);
             self.out.push(b'"');
             self.pos = end + 1;
-            return Ok(false);
+            return Ok((false, high));
         }
-        // Escapes: find the real end, validating escapes on the way, then decode.
+        // Escapes: find the real end, validating escapes on the way. When every escape is the one
+        // RFC 8785 itself would write, the span is already canonical; otherwise decode.
         let mut i = end;
+        let mut canonical_escapes = true;
         loop {
             match self.t.get(i) {
                 Some(b'"') => break,
                 Some(b'\\') => match self.t.get(i + 1) {
-                    Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => i += 2,
+                    Some(b'"' | b'\\' | b'b' | b'f' | b'n' | b'r' | b't') => i += 2,
+                    Some(b'/') => {
+                        canonical_escapes = false;
+                        i += 2;
+                    }
                     Some(b'u') => {
                         let hex = self
                             .t
@@ -199,6 +214,14 @@ impl Canon<'_> {
                         if !hex.iter().all(u8::is_ascii_hexdigit) {
                             return Err(err(format!("invalid \\u escape at byte {i}")));
                         }
+                        // Canonical only for a control character without a short form,
+                        // in lowercase hex.
+                        let lower = |b: u8| b.is_ascii_digit() || (b'a'..=b'f').contains(&b);
+                        canonical_escapes &= hex[0] == b'0'
+                            && hex[1] == b'0'
+                            && (hex[2] == b'0' || hex[2] == b'1')
+                            && lower(hex[3])
+                            && !matches!(&hex[2..4], b"08" | b"09" | b"0a" | b"0c" | b"0d");
                         i += 6;
                     }
                     _ => return Err(err(format!("invalid escape at byte {i}"))),
@@ -210,10 +233,20 @@ impl Canon<'_> {
                 None => return Err(err(format!("unterminated string starting at byte {start}"))),
             }
         }
-        let decoded = decode(&self.t[start..i])?;
-        canonical::write_string(&decoded, &mut self.out);
+        if canonical_escapes {
+            let span = &self.t[start..i];
+            if want_high {
+                high |= span.iter().any(|&b| b >= 0xF0);
+            }
+            self.out.push(b'"');
+            self.out.extend_from_slice(span);
+            self.out.push(b'"');
+        } else {
+            let decoded = decode(&self.t[start..i])?;
+            canonical::write_string(&decoded, &mut self.out);
+        }
         self.pos = i + 1;
-        Ok(true)
+        Ok((true, high))
     }
 
     fn number(&mut self) -> Result<(), JsonError> {
@@ -277,7 +310,7 @@ impl Canon<'_> {
         self.ws();
         match self.t.get(self.pos) {
             None => Err(err("unexpected end of input")),
-            Some(b'"') => self.string().map(|_| ()),
+            Some(b'"') => self.string(false).map(|_| ()),
             Some(b'n') => self.literal(b"null"),
             Some(b't') => self.literal(b"true"),
             Some(b'f') => self.literal(b"false"),
@@ -371,9 +404,9 @@ impl Canon<'_> {
                     return Err(err(format!("expected a member name {}", self.at())));
                 }
                 let start = self.out.len();
-                let escaped = self.string()?;
+                let (escaped, high) = self.string(true)?;
                 let key = (start + 1, self.out.len() - 1);
-                let slow = escaped || self.out[key.0..key.1].iter().any(|&b| b >= 0xF0);
+                let slow = escaped || high;
                 self.ws();
                 if self.t.get(self.pos) != Some(&b':') {
                     return Err(err(format!("expected ':' {}", self.at())));
