@@ -145,13 +145,7 @@ impl Pair {
 }
 
 fn exe(url: &str) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_package-executor"));
-    c.env("DATABASE_URL", url)
-        .env("PACKAGE_EXECUTOR_LOG_FORMAT", "json")
-        .env("PACKAGE_EXECUTOR_CONNECT_TIMEOUT", "60s")
-        .env_remove("KUBERNETES_SERVICE_HOST")
-        .kill_on_drop(true);
-    c
+    db::exe(url, "60s")
 }
 
 async fn rows(
@@ -168,11 +162,6 @@ async fn rows(
         .fetch_all(pool).await.unwrap().iter()
         .map(|r| (r.get(0), r.get(1), r.get(2))).collect();
     (snapshots, rejections)
-}
-
-async fn partial_snapshots(store: &Store) -> i64 {
-    scalar(store, "SELECT COUNT(*) FROM ql3.tool_definition_snapshots AS s WHERE s.package_count <> \
-        (SELECT COUNT(*) FROM ql3.tool_definition_snapshot_sources AS src WHERE src.snapshot_id = s.snapshot_id)").await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

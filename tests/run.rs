@@ -29,14 +29,7 @@ async fn within<F: Future<Output = ()>>(secs: u64, f: F) {
 }
 
 fn exe(url: &str) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_package-executor"));
-    c.env("DATABASE_URL", url)
-        .env("PACKAGE_EXECUTOR_LOG_FORMAT", "json")
-        .env("PACKAGE_EXECUTOR_CONNECT_TIMEOUT", "5s")
-        .env_remove("KUBERNETES_SERVICE_HOST")
-        .env_remove("JOB_COMPLETION_INDEX")
-        .kill_on_drop(true);
-    c
+    db::exe(url, "5s")
 }
 
 async fn run_in_process(store: &Store, settings: RunSettings) -> BTreeMap<String, Outcome> {
@@ -58,11 +51,6 @@ async fn pending_count(store: &Store) -> usize {
             _ => return n,
         }
     }
-}
-
-async fn partial_snapshots(store: &Store) -> i64 {
-    scalar(store, "SELECT COUNT(*) FROM ql3.tool_definition_snapshots AS s WHERE s.package_count <> \
-        (SELECT COUNT(*) FROM ql3.tool_definition_snapshot_sources AS src WHERE src.snapshot_id = s.snapshot_id)").await
 }
 
 async fn every_rejection_code(store: Store) {

@@ -58,6 +58,7 @@ fn settings(args: &RunArgs, shard: Shard) -> RunSettings {
         memory_budget: args.memory_budget,
         shard,
         deadline: args.deadline,
+        fail_on_rejected: args.fail_on_rejected,
         ..RunSettings::default()
     }
 }
@@ -153,7 +154,7 @@ pub async fn run(cli: &Cli, args: &RunArgs) -> anyhow::Result<i32> {
     let shard = Shard { index, count };
     let started = std::time::Instant::now();
     let connected = connect_migrated(cli, args.concurrency + 1).await;
-    let mut summary = match connected {
+    let summary = match connected {
         Ok(store) => {
             let report = run_coordinator(cli, settings(args, shard), store).await;
             report.summary
@@ -164,18 +165,10 @@ pub async fn run(cli: &Cli, args: &RunArgs) -> anyhow::Result<i32> {
             eprintln!("error: {e:#}");
             let mut s = RunSummary::new(shard);
             s.elapsed_ms = started.elapsed().as_millis() as u64;
-            s.decide_exit(super::exit_code_for(&e) == exit::DATABASE, false, false);
-            if s.exit_code == exit::OK {
-                s.exit_code = exit::ERROR;
-            }
+            s.exit_code = super::exit_code_for(&e);
             s
         }
     };
-    if summary.exit_code != exit::ERROR {
-        let database_down = summary.exit_code == exit::DATABASE;
-        let left_pending = summary.exit_code == exit::UNRESOLVED && summary.unresolved.is_empty();
-        summary.decide_exit(database_down, left_pending, args.fail_on_rejected);
-    }
     let line = summary.to_json();
     if let Some(path) = summary_path(args.summary_file.as_deref())
         && let Err(e) = std::fs::write(&path, &line)

@@ -39,6 +39,8 @@ pub struct RunSettings {
     pub backoff_min: Duration,
     /// Largest backoff delay.
     pub backoff_max: Duration,
+    /// Exit 6 when any project was rejected.
+    pub fail_on_rejected: bool,
 }
 
 impl Default for RunSettings {
@@ -53,6 +55,7 @@ impl Default for RunSettings {
             deadline: None,
             backoff_min: Duration::from_millis(50),
             backoff_max: Duration::from_secs(2),
+            fail_on_rejected: false,
         }
     }
 }
@@ -333,7 +336,7 @@ impl<'a> Coordinator<'a> {
         }
         let left_pending = !finished && !database_down;
         summary.elapsed_ms = started.elapsed().as_millis() as u64;
-        summary.decide_exit(database_down, left_pending, false);
+        summary.decide_exit(database_down, left_pending, self.settings.fail_on_rejected);
         RunReport { summary, outcomes }
     }
 }

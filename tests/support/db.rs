@@ -92,3 +92,25 @@ pub fn digest_of(o: &Outcome) -> String {
         .unwrap_or_else(|| panic!("expected a snapshot, got {o:?}"))
         .to_owned()
 }
+
+/// The SQL that counts snapshot rows whose source rows are not all there.
+pub async fn partial_snapshots(store: &Store) -> i64 {
+    scalar(
+        store,
+        "SELECT COUNT(*) FROM ql3.tool_definition_snapshots AS s WHERE s.package_count <> \
+         (SELECT COUNT(*) FROM ql3.tool_definition_snapshot_sources AS src WHERE src.snapshot_id = s.snapshot_id)",
+    )
+    .await
+}
+
+/// The binary, pointed at a database, logging JSON, outside any pod.
+pub fn exe(url: &str, connect_timeout: &str) -> tokio::process::Command {
+    let mut c = tokio::process::Command::new(env!("CARGO_BIN_EXE_package-executor"));
+    c.env("DATABASE_URL", url)
+        .env("PACKAGE_EXECUTOR_LOG_FORMAT", "json")
+        .env("PACKAGE_EXECUTOR_CONNECT_TIMEOUT", connect_timeout)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("JOB_COMPLETION_INDEX")
+        .kill_on_drop(true);
+    c
+}
