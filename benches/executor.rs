@@ -150,7 +150,24 @@ fn median(mut v: Vec<Duration>) -> Duration {
     v[v.len() / 2]
 }
 
+/// Busy and total jiffies of the whole machine (first line of /proc/stat).
+fn machine_jiffies() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let fields: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    let total: u64 = fields.iter().take(8).sum();
+    let idle = fields.get(3).copied().unwrap_or(0) + fields.get(4).copied().unwrap_or(0);
+    (total - idle, total)
+}
+
 fn run_cli(bin: &PathBuf, url: &str, args: &[&str]) -> (Duration, serde_json::Value) {
+    let before = machine_jiffies();
     let t = Instant::now();
     let out = Command::new("/usr/bin/time")
         .args(["-f", "executor cpu: user %Us, system %Ss"])
@@ -163,7 +180,13 @@ fn run_cli(bin: &PathBuf, url: &str, args: &[&str]) -> (Duration, serde_json::Va
     let elapsed = t.elapsed();
     let stderr = String::from_utf8_lossy(&out.stderr);
     if let Some(cpu) = stderr.lines().find(|l| l.starts_with("executor cpu")) {
-        println!("    {cpu} (wall {:.2}s)", elapsed.as_secs_f64());
+        let after = machine_jiffies();
+        let busy = (after.0 - before.0) as f64 / (after.1 - before.1).max(1) as f64;
+        println!(
+            "    {cpu} (wall {:.2}s); machine busy {:.0}% of all cores",
+            elapsed.as_secs_f64(),
+            busy * 100.0
+        );
     }
     let v = serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
     (elapsed, v)
@@ -216,6 +239,11 @@ async fn bench_run(bin: &PathBuf, dir: &std::path::Path) {
             cold.as_secs_f64(),
             v["published"]
         );
+        if dialect == "postgres"
+            && std::env::var("PE_PG_CONF").is_ok_and(|c| c.contains("pg_stat_statements"))
+        {
+            statement_report(&url).await;
+        }
         let (warm, v) = run_cli(bin, &url, &["run", "--json"]);
         println!(
             "[run/{dialect}] second run, nothing pending: {:.3}s (published {})",
@@ -241,6 +269,30 @@ async fn bench_run(bin: &PathBuf, dir: &std::path::Path) {
             store.close().await;
         }
     }
+}
+
+/// With `PE_PG_CONF="shared_preload_libraries=pg_stat_statements;pg_stat_statements.track_planning=on"`,
+/// prints where the server spent the cold run's time, statement by statement.
+async fn statement_report(url: &str) {
+    let store = connect(url).await;
+    let pool = store.pg_pool().unwrap();
+    sqlx::query("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let rows: Vec<(i64, f64, f64, String)> = sqlx::query_as(
+        "SELECT calls, total_plan_time, total_exec_time, left(regexp_replace(query, '\\s+', ' ', 'g'), 110)
+         FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+         ORDER BY total_plan_time + total_exec_time DESC LIMIT 15",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    println!("    calls    plan ms    exec ms  statement");
+    for (calls, plan, exec, q) in rows {
+        println!("    {calls:>6} {plan:>10.1} {exec:>10.1}  {q}");
+    }
+    store.close().await;
 }
 
 const FLOOR: &str = r#"

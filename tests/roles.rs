@@ -135,6 +135,22 @@ async fn catalog_is_locked_down() {
         definer_without_path, 0,
         "every SECURITY DEFINER function pins search_path"
     );
+    // The proof is inlined into its callers (no per-call planning): no Function Scan remains,
+    // neither for the executor's call nor inside the consumer's door.
+    for call in [
+        "ql3.find_current_tool_snapshot('demo-1')",
+        "ql3.current_tool_snapshot('demo-1')",
+    ] {
+        let plan: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "EXPLAIN SELECT * FROM {call}"
+        )))
+        .fetch_all(pool)
+        .await
+        .unwrap();
+        let scans = plan.iter().filter(|l| l.contains("Function Scan")).count();
+        let expected = usize::from(call.starts_with("ql3.current"));
+        assert_eq!(scans, expected, "{call} plan:\n{}", plan.join("\n"));
+    }
     let definers: i64 = sqlx::query("SELECT COUNT(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'ql3' AND p.prosecdef")
         .fetch_one(pool).await.unwrap().get(0);
     assert_eq!(

@@ -66,6 +66,7 @@ contract!(
     append_only_tables,
     generations_are_immutable,
     import_conflicts_abort_everything,
+    format_checks_agree_with_the_model,
 );
 
 async fn import_publish_replay(s: Stores) {
@@ -507,6 +508,64 @@ async fn generations_are_immutable(s: Stores) {
         assert!(exec(&s.admin, bad).await.is_err(), "accepted: {bad}");
     }
     exec(&s.admin, "INSERT INTO ql3.package_installations (installation_id, project_id, package_name) VALUES ('i-z', 'demo-1', '@scope/pkg-1.x_y')").await.unwrap();
+}
+
+/// The database's format checks accept exactly what the model's validators accept, at every
+/// boundary (the PostgreSQL checks are written without bounded repetition, for speed).
+async fn format_checks_agree_with_the_model(s: Stores) {
+    use package_executor::model::{is_digest, is_installation_id, is_project_id};
+    import(&s.admin, DEMO).await;
+    let hex64 = "0123456789abcdef".repeat(4);
+    let ids = [
+        String::new(),
+        "a".into(),
+        "A.b_c-d".into(),
+        "x:y".into(),
+        "a b".into(),
+        "a\n".into(),
+        "\u{e9}".into(),
+        "a".repeat(128),
+        "a".repeat(129),
+        format!("{}\u{e9}", "a".repeat(127)),
+    ];
+    for (n, id) in ids.iter().enumerate() {
+        let project = exec(
+            &s.admin,
+            &format!("INSERT INTO ql3.projects (project_id) VALUES ('{id}')"),
+        )
+        .await;
+        assert_eq!(
+            project.is_ok(),
+            is_project_id(id),
+            "project id {id:?}: {project:?}"
+        );
+        let installation = exec(&s.admin, &format!(
+            "INSERT INTO ql3.package_installations (installation_id, project_id, package_name) VALUES ('{id}', 'demo-1', 'p{n}')"
+        )).await;
+        assert_eq!(
+            installation.is_ok(),
+            is_installation_id(id),
+            "installation id {id:?}: {installation:?}"
+        );
+    }
+    let digests = [
+        format!("sha256:{hex64}"),
+        format!("sha256:{}", &hex64[1..]),
+        format!("sha256:{hex64}0"),
+        format!("sha256:{}", hex64.to_uppercase()),
+        format!("sha256:{}g", &hex64[1..]),
+        format!("SHA256:{hex64}"),
+        format!("sha256:{hex64}\n"),
+        format!("sha512:{hex64}"),
+        String::new(),
+    ];
+    for d in &digests {
+        let r = exec(&s.admin, &format!(
+            "INSERT INTO ql3.materialized_revisions (revision_digest, content, byte_length) VALUES ('{d}', {}, 0)",
+            if s.admin.dialect() == Dialect::Postgres { "'\\x'::bytea" } else { "X''" }
+        )).await;
+        assert_eq!(r.is_ok(), is_digest(d), "digest {d:?}: {r:?}");
+    }
 }
 
 async fn import_conflicts_abort_everything(s: Stores) {

@@ -35,6 +35,8 @@ pub const POSTGRES: &[Migration] = &[
     migration!("postgres", 2, "0002_snapshot_tables.sql"),
     migration!("postgres", 3, "0003_current_proof.sql"),
     migration!("postgres", 4, "0004_grants.sql"),
+    migration!("postgres", 5, "0005_inline_current_proof.sql"),
+    migration!("postgres", 6, "0006_cheaper_format_checks.sql"),
 ];
 
 /// SQLite migrations.

@@ -245,7 +245,11 @@ pub fn cluster() -> &'static PgCluster {
     CLUSTER.get_or_init(|| {
         let dir =
             std::env::temp_dir().join(format!("pe-pg-{}-{}", std::process::id(), free_port()));
-        let cluster = PgCluster::start_in(dir, "");
+        // Extra postgresql.conf lines for profiling (benches), e.g. pg_stat_statements.
+        let extra = std::env::var("PE_PG_CONF")
+            .unwrap_or_default()
+            .replace(';', "\n");
+        let cluster = PgCluster::start_in(dir, &extra);
         let admin = cluster.url("postgres");
         let template = cluster.url(TEMPLATE);
         block_on(async move {
