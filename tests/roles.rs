@@ -141,12 +141,11 @@ async fn catalog_is_locked_down() {
         "ql3.find_current_tool_snapshot('demo-1')",
         "ql3.current_tool_snapshot('demo-1')",
     ] {
-        let plan: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-            "EXPLAIN SELECT * FROM {call}"
-        )))
-        .fetch_all(pool)
-        .await
-        .unwrap();
+        let plan: Vec<String> =
+            sqlx::query_scalar(sqlx::AssertSqlSafe(format!("EXPLAIN SELECT * FROM {call}")))
+                .fetch_all(pool)
+                .await
+                .unwrap();
         let scans = plan.iter().filter(|l| l.contains("Function Scan")).count();
         let expected = usize::from(call.starts_with("ql3.current"));
         assert_eq!(scans, expected, "{call} plan:\n{}", plan.join("\n"));

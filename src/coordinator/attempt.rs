@@ -1,7 +1,9 @@
 //! One build attempt of one project: claim, current check, first observation, revisions one at
 //! a time, the pure planner, second observation, then append (or record the rejection).
 
-use crate::planner::{ActiveHead, SnapshotBuilder};
+use std::collections::HashMap;
+
+use crate::planner::{ActiveHead, SnapshotBuilder, StoredLength};
 use crate::rejection::Rejection;
 use crate::report::{Outcome, Unresolved};
 use crate::store::{Attempt, InsertOutcome, ObservedHead, Store, StoreError};
@@ -88,7 +90,8 @@ async fn attempt_in(
     budget: &MemoryBudget,
     project_id: &str,
 ) -> Result<(Step, bool), StoreError> {
-    if !a.try_claim(project_id).await? {
+    let opening = a.open(project_id).await?;
+    if !opening.claimed {
         return Ok((
             Step::Retry(
                 Unresolved::ClaimedElsewhere,
@@ -97,96 +100,95 @@ async fn attempt_in(
             false,
         ));
     }
-    if let Some(current) = a.find_current(project_id).await? {
+    if let Some(snapshot_digest) = opening.current {
         return Ok((
-            Step::Done(Outcome::AlreadyCurrent {
-                snapshot_digest: current.snapshot_digest,
-            }),
+            Step::Done(Outcome::AlreadyCurrent { snapshot_digest }),
             false,
         ));
     }
-    let first = a.observe(project_id).await?;
+    let first = opening.heads;
     if let Some(detail) = not_active(&first) {
         return Ok((Step::Retry(Unresolved::GenerationDrift, detail), false));
     }
     let mut builder = SnapshotBuilder::new(project_id, heads(&first));
     let vector_digest = builder.vector_digest().clone();
-    if let Some(r) = a.find_rejection(project_id, vector_digest.as_str()).await? {
+    if let Some(r) = opening.rejections.get(vector_digest.as_str()) {
         return Ok((
             Step::Done(Outcome::Rejected {
-                code: r.reason,
-                detail: r.detail,
+                code: r.reason.clone(),
+                detail: r.detail.clone(),
             }),
             false,
         ));
     }
-    let planned = match build(a, budget, &mut builder).await? {
+    let planned = match build(a, budget, &mut builder, &opening.lengths).await? {
         Ok(()) => builder.finish(),
         Err(rejection) => Err(rejection),
     };
-    let second = a.observe(project_id).await?;
-    if let Some((reason, detail)) = drift(&first, &second) {
-        return Ok((Step::Retry(reason, detail), false));
-    }
-    match planned {
+    let snapshot = match planned {
+        Ok(snapshot) => snapshot,
         Err(rejection) => {
+            let second = a.observe(project_id).await?;
+            if let Some((reason, detail)) = drift(&first, &second) {
+                return Ok((Step::Retry(reason, detail), false));
+            }
             a.record_rejection(project_id, vector_digest.as_str(), &rejection)
                 .await?;
-            Ok((
+            return Ok((
                 Step::Done(Outcome::Rejected {
                     code: rejection.code.as_str().to_owned(),
                     detail: rejection.detail,
                 }),
                 true,
-            ))
+            ));
         }
-        Ok(snapshot) => {
-            let digest = snapshot.snapshot_digest.as_str().to_owned();
-            match a.insert_snapshot(&snapshot).await? {
-                InsertOutcome::Published => Ok((
-                    Step::Done(Outcome::Published {
-                        snapshot_digest: digest,
-                    }),
-                    true,
-                )),
-                InsertOutcome::Replayed => Ok((
-                    Step::Done(Outcome::Replayed {
-                        snapshot_digest: digest,
-                    }),
-                    false,
-                )),
-                InsertOutcome::Mismatch { existing } => Ok((
-                    Step::Done(Outcome::Integrity {
-                        detail: format!(
-                            "replay-mismatch: project {project_id} vector {vector_digest} already \
-                             has snapshot {existing}, but this build gives {digest}; the stored \
-                             row is kept, investigate which is right with `package-executor verify`"
-                        ),
-                    }),
-                    false,
-                )),
-            }
-        }
+    };
+    // The second observation comes with the insert; on drift the caller rolls both back.
+    let appending = a.append(&snapshot).await?;
+    if let Some((reason, detail)) = drift(&first, &appending.second) {
+        return Ok((Step::Retry(reason, detail), false));
+    }
+    let digest = snapshot.snapshot_digest.as_str().to_owned();
+    if appending.inserted {
+        return Ok((
+            Step::Done(Outcome::Published {
+                snapshot_digest: digest,
+            }),
+            true,
+        ));
+    }
+    match a.replay_outcome(&snapshot).await? {
+        InsertOutcome::Published | InsertOutcome::Replayed => Ok((
+            Step::Done(Outcome::Replayed {
+                snapshot_digest: digest,
+            }),
+            false,
+        )),
+        InsertOutcome::Mismatch { existing } => Ok((
+            Step::Done(Outcome::Integrity {
+                detail: format!(
+                    "replay-mismatch: project {project_id} vector {vector_digest} already has \
+                     snapshot {existing}, but this build gives {digest}; the stored row is \
+                     kept, investigate which is right with `package-executor verify`"
+                ),
+            }),
+            false,
+        )),
     }
 }
 
 /// Reads each revision alone, in vector order, and feeds the builder; the bytes are dropped
-/// (and their budget returned) before the next revision is fetched.
+/// (and their budget returned) before the next revision is fetched. `lengths` are the stored
+/// lengths read with the first observation (never the bytes).
 async fn build(
     a: &mut Attempt,
     budget: &MemoryBudget,
     builder: &mut SnapshotBuilder,
+    lengths: &HashMap<String, StoredLength>,
 ) -> Result<Result<(), Rejection>, StoreError> {
     if let Err(r) = builder.check_project() {
         return Ok(Err(r));
     }
-    // Every length in one query (never the bytes); each revision's bytes then come alone.
-    let digests: Vec<String> = builder
-        .heads()
-        .iter()
-        .map(|h| h.revision_digest.clone())
-        .collect();
-    let lengths = a.revision_lengths(&digests).await?;
     for i in 0..builder.heads().len() {
         let approved = match builder.check_row(i) {
             Ok(p) => p,

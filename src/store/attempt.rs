@@ -39,12 +39,12 @@ macro_rules! on_conn {
         match $self {
             Attempt::Pg(tx) => {
                 let $c = &mut **tx;
-                let $d = Dialect::Postgres;
+                let $d = $crate::store::Dialect::Postgres;
                 $body
             }
             Attempt::Lite(tx) => {
                 let $c = &mut **tx;
-                let $d = Dialect::Sqlite;
+                let $d = $crate::store::Dialect::Sqlite;
                 $body
             }
         }
@@ -54,14 +54,14 @@ macro_rules! on_conn {
 pub(crate) use on_conn;
 
 /// The advisory-lock key of a project: the first 4 bytes of SHA-256 of its id, big-endian.
-pub fn claim_key(project_id: &str) -> i32 {
+pub(super) fn claim_key(project_id: &str) -> i32 {
     use sha2::{Digest as _, Sha256};
     let hash = Sha256::digest(project_id.as_bytes());
     i32::from_be_bytes([hash[0], hash[1], hash[2], hash[3]])
 }
 
 /// The advisory-lock class shared by every executor version (`0x716C33`, "ql3").
-pub const CLAIM_CLASS: i32 = 0x716C33;
+pub(super) const CLAIM_CLASS: i32 = 0x716C33;
 
 impl Attempt {
     /// The dialect.
@@ -255,6 +255,20 @@ impl Attempt {
 
     /// Appends a snapshot and its source rows, or reports an exact replay or a mismatch.
     pub async fn insert_snapshot(&mut self, s: &Snapshot) -> Result<InsertOutcome, StoreError> {
+        let inserted = match self {
+            Attempt::Pg(_) => self.append(s).await?.inserted,
+            Attempt::Lite(_) => self.insert_rows(s).await?,
+        };
+        if inserted {
+            Ok(InsertOutcome::Published)
+        } else {
+            self.replay_outcome(s).await
+        }
+    }
+
+    /// Inserts the snapshot row (`ON CONFLICT DO NOTHING`) and, when it was inserted, its
+    /// source rows; true when inserted.
+    pub(super) async fn insert_rows(&mut self, s: &Snapshot) -> Result<bool, StoreError> {
         on_conn!(self, c, d => {
             let inserted = sqlx::query(for_dialect(d, sql::INSERT_SNAPSHOT))
                 .bind(&s.project_id)
@@ -267,25 +281,7 @@ impl Attempt {
                 .fetch_optional(&mut *c)
                 .await?;
             let Some(row) = inserted else {
-                let existing = sqlx::query(for_dialect(d, sql::SNAPSHOT_BY_VECTOR))
-                    .bind(&s.project_id)
-                    .bind(s.active_vector_digest.as_str())
-                    .fetch_optional(&mut *c)
-                    .await?;
-                return match existing {
-                    Some(r) => {
-                        let existing: String = r.try_get("snapshot_digest")?;
-                        if existing == s.snapshot_digest.as_str() {
-                            Ok(InsertOutcome::Replayed)
-                        } else {
-                            Ok(InsertOutcome::Mismatch { existing })
-                        }
-                    }
-                    // Conflict on a row this transaction cannot see yet: retry.
-                    None => Err(StoreError::Transient(
-                        "snapshot insert conflicted with a row not yet visible".into(),
-                    )),
-                };
+                return Ok(false);
             };
             let snapshot_id: i64 = row.try_get("snapshot_id")?;
             if !s.sources.is_empty() {
@@ -303,7 +299,7 @@ impl Attempt {
                 }
                 q.execute(&mut *c).await?;
             }
-            Ok(InsertOutcome::Published)
+            Ok(true)
         })
     }
 

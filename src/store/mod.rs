@@ -8,6 +8,7 @@ pub mod migrate;
 mod primary;
 mod queries;
 mod sql;
+mod steps;
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -21,6 +22,7 @@ pub use attempt::{Attempt, InsertOutcome};
 pub use error::StoreError;
 use primary::PgTarget;
 pub use primary::split_hosts;
+pub use steps::{Appending, Opening};
 /// The pending-project query text (for benchmarks and EXPLAIN).
 pub const PENDING_PAGE_SQL: &str = sql::PENDING_PAGE;
 pub use queries::{CurrentSnapshot, NewestSnapshot, RecordedRejection, StoredSnapshot};

@@ -203,3 +203,106 @@ WHERE p0.project_id > $1
 ORDER BY p0.project_id
 LIMIT $2"
 );
+
+/// The live heads of project `$1` (at most 129, in vector order) as one row of parallel arrays,
+/// for the combined PostgreSQL steps. `$inner`/`$outer` add columns, `$join` joins and
+/// `$gate` conditions to the plain observation ([`OBSERVE_HEADS`]).
+macro_rules! live_heads {
+    ($inner:literal, $outer:literal, $join:literal, $gate:literal) => {
+        concat!(
+            "
+  SELECT coalesce(array_agg(o.package_name ORDER BY o.package_name), '{}') AS package_names,
+         coalesce(array_agg(o.installation_id ORDER BY o.package_name), '{}') AS installation_ids,
+         coalesce(array_agg(o.active_generation ORDER BY o.package_name), '{}') AS generations,
+         coalesce(array_agg(o.status ORDER BY o.package_name), '{}') AS statuses,
+         coalesce(array_agg(o.generation_digest ORDER BY o.package_name), '{}') AS generation_digests,
+         coalesce(array_agg(o.lock_digest ORDER BY o.package_name), '{}') AS lock_digests,
+         coalesce(array_agg(o.revision_digest ORDER BY o.package_name), '{}') AS revision_digests,
+         coalesce(array_agg(o.approved_permissions ORDER BY o.package_name), '{}') AS permissions",
+            $outer,
+            "
+  FROM (SELECT i.package_name, i.installation_id, i.active_generation, g.status,
+               g.generation_digest, g.lock_digest, g.revision_digest, g.approved_permissions",
+            $inner,
+            "
+        FROM ql3.package_installations AS i
+        LEFT JOIN ql3.package_generations AS g
+          ON g.installation_id = i.installation_id AND g.generation = i.active_generation",
+            $join,
+            "
+        WHERE i.project_id = $1 AND i.active_generation IS NOT NULL",
+            $gate,
+            "
+        ORDER BY i.package_name
+        LIMIT 129) AS o"
+        )
+    };
+}
+
+/// Opens an attempt in one PostgreSQL statement: the claim (`$2`, `$3`), then, only when it
+/// is held, the current proof (the migration's function, inlined by the planner), the first
+/// observation with each revision's stored lengths, and the project's recorded rejections.
+pub const OPEN_PG: &str = concat!(
+    "
+SELECT c.claimed,
+       CASE WHEN c.claimed THEN
+         (SELECT f.snapshot_digest FROM ql3.find_current_tool_snapshot($1) AS f)
+       END AS current_digest,
+       h.*, rj.*
+FROM (SELECT pg_try_advisory_xact_lock($2, $3) AS claimed) AS c
+CROSS JOIN LATERAL (",
+    live_heads!(
+        ",
+               r.byte_length, CAST(octet_length(r.content) AS BIGINT) AS actual_length",
+        ",
+         coalesce(array_agg(o.byte_length ORDER BY o.package_name), '{}') AS byte_lengths,
+         coalesce(array_agg(o.actual_length ORDER BY o.package_name), '{}') AS actual_lengths",
+        "
+        LEFT JOIN ql3.materialized_revisions AS r ON r.revision_digest = g.revision_digest",
+        " AND c.claimed"
+    ),
+    "
+) AS h
+CROSS JOIN LATERAL (
+  SELECT coalesce(array_agg(r.active_vector_digest), '{}') AS rejected_vectors,
+         coalesce(array_agg(r.reason), '{}') AS rejected_reasons,
+         coalesce(array_agg(r.detail), '{}') AS rejected_details
+  FROM ql3.tool_definition_snapshot_rejections AS r
+  WHERE r.project_id = $1 AND c.claimed
+) AS rj"
+);
+
+/// Appends in one PostgreSQL statement: the snapshot (`$1`–`$7`, both unique keys arbitrating),
+/// its source rows from parallel arrays (`$8`–`$13`) only when the snapshot row was inserted,
+/// and the second observation, all in one statement snapshot.
+pub const APPEND_PG: &str = concat!(
+    "
+WITH ins AS (
+  INSERT INTO ql3.tool_definition_snapshots
+    (project_id, active_vector_digest, definition_digest, snapshot_digest, package_count,
+     definition_count, canonical_json)
+  VALUES ($1, $2, $3, $4, $5, $6, $7)
+  ON CONFLICT DO NOTHING
+  RETURNING snapshot_id
+), src AS (
+  INSERT INTO ql3.tool_definition_snapshot_sources
+    (snapshot_id, package_name, installation_id, generation, generation_digest, lock_digest,
+     revision_digest)
+  SELECT ins.snapshot_id, e.package_name, e.installation_id, e.generation, e.generation_digest,
+         e.lock_digest, e.revision_digest
+  FROM ins
+  CROSS JOIN unnest($8::text[], $9::text[], $10::bigint[], $11::text[], $12::text[], $13::text[])
+    AS e(package_name, installation_id, generation, generation_digest, lock_digest, revision_digest)
+)
+SELECT (SELECT ins.snapshot_id FROM ins) AS snapshot_id, h.*
+FROM (",
+    live_heads!("", "", "", ""),
+    "
+) AS h"
+);
+
+/// Every rejection recorded for a project.
+pub const PROJECT_REJECTIONS: &str = "
+SELECT r.active_vector_digest, r.reason, r.detail
+FROM ql3.tool_definition_snapshot_rejections AS r
+WHERE r.project_id = $1";

@@ -1,0 +1,264 @@
+//! The coordinator's two combined steps, around the revision reads of an attempt.
+//!
+//! - [`Attempt::open`]: the claim, the current check, the first observation with the stored
+//!   length of each head's revision (never its bytes), and the project's recorded rejections.
+//! - [`Attempt::append`]: the second observation together with the snapshot insert.
+//!
+//! On PostgreSQL each step is one statement, because a round trip costs more than the work
+//! of most statements: an attempt is `BEGIN`, open, one read per revision, append, `COMMIT`.
+//! Both reads of a step share one statement snapshot, so nothing can change between them. On
+//! SQLite (in-process, no round trips) the steps are the plain statements in sequence.
+//!
+//! `append` inserts before the caller compares the two observations, and the caller rolls
+//! the transaction back when they differ: nothing is ever committed unless the second
+//! observation, taken with the insert, equals the first.
+
+use std::collections::HashMap;
+
+use sqlx::Row;
+
+use super::attempt::{CLAIM_CLASS, claim_key};
+use super::sql;
+use super::{Attempt, InsertOutcome, ObservedHead, RecordedRejection, StoreError};
+use crate::planner::{ActiveHead, Snapshot, StoredLength};
+
+/// What opening an attempt found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Opening {
+    /// Whether this transaction holds the project's claim. When false, nothing else was read.
+    pub claimed: bool,
+    /// The digest of the project's current snapshot, if one is proven current.
+    pub current: Option<String>,
+    /// The first observation: live heads in vector order, at most 129.
+    pub heads: Vec<ObservedHead>,
+    /// Stored lengths of the heads' revisions, by revision digest (absent revisions missing).
+    pub lengths: HashMap<String, StoredLength>,
+    /// Rejections recorded for this project, by active vector digest.
+    pub rejections: HashMap<String, RecordedRejection>,
+}
+
+/// What appending found and did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Appending {
+    /// The second observation, read in the same statement snapshot as the insert.
+    pub second: Vec<ObservedHead>,
+    /// Whether a new snapshot row (with its source rows) was inserted. When false, a row for
+    /// this project and vector, or with this snapshot digest, already existed.
+    pub inserted: bool,
+}
+
+impl Attempt {
+    /// Claims the project and reads everything an attempt needs before the revisions.
+    pub async fn open(&mut self, project_id: &str) -> Result<Opening, StoreError> {
+        match self {
+            Attempt::Pg(tx) => {
+                let row = sqlx::query(sql::OPEN_PG)
+                    .bind(project_id)
+                    .bind(CLAIM_CLASS)
+                    .bind(claim_key(project_id))
+                    .fetch_one(&mut **tx)
+                    .await?;
+                let claimed: bool = row.try_get("claimed")?;
+                let heads = heads_from_arrays(&row)?;
+                // Aligned with the heads; NULL where the revision row is missing.
+                let byte_lengths: Vec<Option<i64>> = row.try_get("byte_lengths")?;
+                let actual_lengths: Vec<Option<i64>> = row.try_get("actual_lengths")?;
+                let lengths = heads
+                    .iter()
+                    .zip(byte_lengths.into_iter().zip(actual_lengths))
+                    .filter_map(|(h, lengths)| match lengths {
+                        (Some(byte_length), Some(actual_length)) => Some((
+                            h.head.revision_digest.clone(),
+                            StoredLength {
+                                byte_length,
+                                actual_length,
+                            },
+                        )),
+                        _ => None,
+                    })
+                    .collect();
+                let vectors: Vec<String> = row.try_get("rejected_vectors")?;
+                let reasons: Vec<String> = row.try_get("rejected_reasons")?;
+                let details: Vec<String> = row.try_get("rejected_details")?;
+                let rejections = vectors
+                    .into_iter()
+                    .zip(reasons.into_iter().zip(details))
+                    .map(|(v, (reason, detail))| (v, RecordedRejection { reason, detail }))
+                    .collect();
+                Ok(Opening {
+                    claimed,
+                    current: row.try_get("current_digest")?,
+                    heads,
+                    lengths,
+                    rejections,
+                })
+            }
+            Attempt::Lite(_) => {
+                // One writer per file: the claim always succeeds.
+                if let Some(current) = self.find_current(project_id).await? {
+                    return Ok(Opening {
+                        claimed: true,
+                        current: Some(current.snapshot_digest),
+                        ..Opening::default()
+                    });
+                }
+                let heads = self.observe(project_id).await?;
+                let digests: Vec<String> = heads
+                    .iter()
+                    .map(|h| h.head.revision_digest.clone())
+                    .collect();
+                let lengths = self.revision_lengths(&digests).await?;
+                let rejections = self.project_rejections(project_id).await?;
+                Ok(Opening {
+                    claimed: true,
+                    current: None,
+                    heads,
+                    lengths,
+                    rejections,
+                })
+            }
+        }
+    }
+
+    /// Every rejection recorded for a project, by active vector digest.
+    pub async fn project_rejections(
+        &mut self,
+        project_id: &str,
+    ) -> Result<HashMap<String, RecordedRejection>, StoreError> {
+        super::on_conn!(self, c, d => {
+            let rows = sqlx::query(sql::for_dialect(d, sql::PROJECT_REJECTIONS))
+                .bind(project_id)
+                .fetch_all(c)
+                .await?;
+            rows.iter()
+                .map(|r| {
+                    Ok((
+                        r.try_get("active_vector_digest")?,
+                        RecordedRejection {
+                            reason: r.try_get("reason")?,
+                            detail: r.try_get("detail")?,
+                        },
+                    ))
+                })
+                .collect()
+        })
+    }
+
+    /// Takes the second observation and inserts the snapshot with its source rows (`ON
+    /// CONFLICT DO NOTHING`, both unique keys arbitrating). The caller compares the
+    /// observations and rolls back when they differ.
+    pub async fn append(&mut self, s: &Snapshot) -> Result<Appending, StoreError> {
+        match self {
+            Attempt::Pg(tx) => {
+                let column =
+                    |f: fn(&ActiveHead) -> &str| -> Vec<&str> { s.sources.iter().map(f).collect() };
+                let row = sqlx::query(sql::APPEND_PG)
+                    .bind(&s.project_id)
+                    .bind(s.active_vector_digest.as_str())
+                    .bind(s.definition_digest.as_str())
+                    .bind(s.snapshot_digest.as_str())
+                    .bind(s.sources.len() as i32)
+                    .bind(s.definition_count as i32)
+                    .bind(s.canonical_json.as_slice())
+                    .bind(column(|h| &h.package_name))
+                    .bind(column(|h| &h.installation_id))
+                    .bind(s.sources.iter().map(|h| h.generation).collect::<Vec<i64>>())
+                    .bind(column(|h| &h.generation_digest))
+                    .bind(column(|h| &h.lock_digest))
+                    .bind(column(|h| &h.revision_digest))
+                    .fetch_one(&mut **tx)
+                    .await?;
+                Ok(Appending {
+                    second: heads_from_arrays(&row)?,
+                    inserted: row.try_get::<Option<i64>, _>("snapshot_id")?.is_some(),
+                })
+            }
+            Attempt::Lite(_) => {
+                let second = self.observe(&s.project_id).await?;
+                let inserted = self.insert_rows(s).await?;
+                Ok(Appending { second, inserted })
+            }
+        }
+    }
+
+    /// After an insert that did nothing: the same snapshot digest for this project and vector
+    /// is an exact replay; a different one is `replay-mismatch`.
+    pub async fn replay_outcome(&mut self, s: &Snapshot) -> Result<InsertOutcome, StoreError> {
+        super::on_conn!(self, c, d => {
+            let existing = sqlx::query(sql::for_dialect(d, sql::SNAPSHOT_BY_VECTOR))
+                .bind(&s.project_id)
+                .bind(s.active_vector_digest.as_str())
+                .fetch_optional(c)
+                .await?;
+            match existing {
+                Some(r) => {
+                    let existing: String = r.try_get("snapshot_digest")?;
+                    if existing == s.snapshot_digest.as_str() {
+                        Ok(InsertOutcome::Replayed)
+                    } else {
+                        Ok(InsertOutcome::Mismatch { existing })
+                    }
+                }
+                // Conflict on a row this transaction cannot see yet: retry.
+                None => Err(StoreError::Transient(
+                    "snapshot insert conflicted with a row not yet visible".into(),
+                )),
+            }
+        })
+    }
+}
+
+/// The heads of an `OPEN_PG` or `APPEND_PG` row, which come as parallel arrays.
+fn heads_from_arrays(row: &sqlx::postgres::PgRow) -> Result<Vec<ObservedHead>, StoreError> {
+    let names: Vec<String> = row.try_get("package_names")?;
+    let installations: Vec<String> = row.try_get("installation_ids")?;
+    let generations: Vec<i64> = row.try_get("generations")?;
+    let statuses: Vec<Option<String>> = row.try_get("statuses")?;
+    let generation_digests: Vec<Option<String>> = row.try_get("generation_digests")?;
+    let lock_digests: Vec<Option<String>> = row.try_get("lock_digests")?;
+    let revision_digests: Vec<Option<String>> = row.try_get("revision_digests")?;
+    let permissions: Vec<Option<String>> = row.try_get("permissions")?;
+    let n = names.len();
+    if [
+        installations.len(),
+        generations.len(),
+        statuses.len(),
+        generation_digests.len(),
+        lock_digests.len(),
+        revision_digests.len(),
+        permissions.len(),
+    ]
+    .iter()
+    .any(|&len| len != n)
+    {
+        return Err(StoreError::Other(
+            "the observation's columns have different lengths; this is a bug, please report it"
+                .into(),
+        ));
+    }
+    let mut heads = Vec::with_capacity(n);
+    let columns = names
+        .into_iter()
+        .zip(installations)
+        .zip(generations)
+        .zip(statuses)
+        .zip(generation_digests)
+        .zip(lock_digests)
+        .zip(revision_digests)
+        .zip(permissions);
+    for (((((((package_name, installation_id), generation), status), gd), ld), rd), p) in columns {
+        heads.push(ObservedHead {
+            head: ActiveHead {
+                package_name,
+                installation_id,
+                generation,
+                generation_digest: gd.unwrap_or_default(),
+                lock_digest: ld.unwrap_or_default(),
+                revision_digest: rd.unwrap_or_default(),
+                approved_permissions: p.unwrap_or_default(),
+            },
+            status,
+        });
+    }
+    Ok(heads)
+}
