@@ -67,6 +67,7 @@ contract!(
     generations_are_immutable,
     import_conflicts_abort_everything,
     format_checks_agree_with_the_model,
+    open_and_append_steps,
 );
 
 async fn import_publish_replay(s: Stores) {
@@ -508,6 +509,108 @@ async fn generations_are_immutable(s: Stores) {
         assert!(exec(&s.admin, bad).await.is_err(), "accepted: {bad}");
     }
     exec(&s.admin, "INSERT INTO ql3.package_installations (installation_id, project_id, package_name) VALUES ('i-z', 'demo-1', '@scope/pkg-1.x_y')").await.unwrap();
+}
+
+/// The coordinator's combined steps (one statement each on PostgreSQL) read what the single
+/// queries read, and honour a claim held by another session.
+async fn open_and_append_steps(s: Stores) {
+    import(&s.admin, DEMO).await;
+    let mut a = s.exec.begin().await.unwrap();
+    let opening = a.open("demo-1").await.unwrap();
+    assert!(opening.claimed);
+    assert_eq!(opening.current, None);
+    assert_eq!(opening.heads, a.observe("demo-1").await.unwrap());
+    assert!(!opening.heads.is_empty());
+    for h in &opening.heads {
+        let stored = opening.lengths[&h.head.revision_digest];
+        assert_eq!(stored.byte_length, stored.actual_length);
+    }
+    assert!(opening.rejections.is_empty());
+    let empty = a.open("demo-empty").await.unwrap();
+    assert!(empty.claimed && empty.heads.is_empty() && empty.lengths.is_empty());
+    a.rollback().await.unwrap();
+
+    // The append's second observation equals the first, and the row lands only on commit.
+    let heads: Vec<_> = opening.heads.iter().map(|o| o.head.clone()).collect();
+    let mut builder = planner::SnapshotBuilder::new("demo-1", heads);
+    for i in 0..builder.heads().len() {
+        let approved = builder.check_row(i).unwrap();
+        let digest = builder.heads()[i].revision_digest.clone();
+        let mut r = s.exec.begin().await.unwrap();
+        let bytes = r.revision_content(&digest).await.unwrap().unwrap();
+        r.rollback().await.unwrap();
+        builder.add_revision(i, &approved, &bytes).unwrap();
+    }
+    let snapshot = builder.finish().unwrap();
+    let mut a = s.exec.begin().await.unwrap();
+    let appending = a.append(&snapshot).await.unwrap();
+    assert!(appending.inserted);
+    assert_eq!(appending.second, opening.heads);
+    a.rollback().await.unwrap();
+    assert_eq!(current_digest(&s.exec, "demo-1").await, None, "rolled back");
+    let mut a = s.exec.begin().await.unwrap();
+    assert!(a.append(&snapshot).await.unwrap().inserted);
+    a.commit().await.unwrap();
+    assert_eq!(
+        current_digest(&s.exec, "demo-1").await.as_deref(),
+        Some(snapshot.snapshot_digest.as_str())
+    );
+    let mut a = s.exec.begin().await.unwrap();
+    let again = a.append(&snapshot).await.unwrap();
+    assert!(!again.inserted, "both unique keys arbitrate");
+    assert_eq!(
+        a.replay_outcome(&snapshot).await.unwrap(),
+        InsertOutcome::Replayed
+    );
+    assert_eq!(
+        a.open("demo-1").await.unwrap().current.as_deref(),
+        Some(snapshot.snapshot_digest.as_str())
+    );
+    a.rollback().await.unwrap();
+    assert_eq!(partial_snapshots(&s.exec).await, 0);
+
+    // A recorded rejection comes back with the opening, keyed by its vector.
+    let rejected = publish(&s.exec, "demo-rejected").await;
+    assert!(matches!(rejected, Outcome::Rejected { .. }), "{rejected:?}");
+    let mut a = s.exec.begin().await.unwrap();
+    let opening = a.open("demo-rejected").await.unwrap();
+    let heads: Vec<_> = opening.heads.iter().map(|o| o.head.clone()).collect();
+    let vector = planner::active_vector_digest("demo-rejected", &heads);
+    assert!(
+        opening.rejections.contains_key(vector.as_str()),
+        "{opening:?}"
+    );
+    a.rollback().await.unwrap();
+
+    // PostgreSQL: a claim held by another session means nothing else is read.
+    if s.exec.dialect() == Dialect::Postgres {
+        let pool = s.admin.pg_pool().unwrap();
+        let mut holder = pool.begin().await.unwrap();
+        let key = sqlx::query_scalar::<_, i32>(
+            "SELECT ('x' || left(encode(sha256(convert_to('demo-2', 'UTF8')), 'hex'), 8))::bit(32)::int4",
+        )
+        .fetch_one(&mut *holder)
+        .await
+        .unwrap();
+        let held: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock(7433267, $1)")
+            .bind(key)
+            .fetch_one(&mut *holder)
+            .await
+            .unwrap();
+        assert!(held);
+        let mut a = s.exec.begin().await.unwrap();
+        let opening = a.open("demo-2").await.unwrap();
+        assert!(!opening.claimed);
+        assert!(opening.heads.is_empty() && opening.current.is_none());
+        a.rollback().await.unwrap();
+        assert_eq!(
+            publish(&s.exec, "demo-2").await.name(),
+            "unresolved",
+            "claimed elsewhere"
+        );
+        holder.rollback().await.unwrap();
+        assert_eq!(publish(&s.exec, "demo-2").await.name(), "published");
+    }
 }
 
 /// The database's format checks accept exactly what the model's validators accept, at every
