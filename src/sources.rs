@@ -138,7 +138,7 @@ pub async fn import(store: &Store, fixture: &Fixture) -> Result<ImportReport, St
     }
 }
 
-async fn import_into(a: &mut Attempt, fixture: &Fixture) -> Result<ImportReport, StoreError> {
+async fn import_into(a: &mut Attempt<'_>, fixture: &Fixture) -> Result<ImportReport, StoreError> {
     let mut report = ImportReport {
         projects: fixture.projects.len(),
         inserted: 0,
@@ -309,7 +309,7 @@ pub async fn activate(
 }
 
 async fn activate_in(
-    a: &mut Attempt,
+    a: &mut Attempt<'_>,
     installation_id: &str,
     generation: i64,
 ) -> Result<(), StoreError> {
@@ -370,7 +370,7 @@ pub async fn remove(store: &Store, project_id: &str, package_name: &str) -> Resu
 }
 
 async fn remove_in(
-    a: &mut Attempt,
+    a: &mut Attempt<'_>,
     project_id: &str,
     package_name: &str,
 ) -> Result<(), StoreError> {
@@ -401,7 +401,7 @@ async fn remove_in(
     })
 }
 
-async fn finish(a: Attempt, result: Result<(), StoreError>) -> Result<(), StoreError> {
+async fn finish(a: Attempt<'_>, result: Result<(), StoreError>) -> Result<(), StoreError> {
     match result {
         Ok(()) => a.commit().await,
         Err(e) => {

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use crate::planner::{ActiveHead, SnapshotBuilder, StoredLength};
 use crate::rejection::Rejection;
 use crate::report::{Outcome, Unresolved};
-use crate::store::{Attempt, InsertOutcome, ObservedHead, Store, StoreError};
+use crate::store::{Attempt, InsertOutcome, ObservedHead, Session, StoreError};
 
 use super::budget::MemoryBudget;
 
@@ -19,22 +19,28 @@ pub enum Step {
     Retry(Unresolved, String),
 }
 
-/// Runs one attempt; database errors become a retryable step.
-pub async fn attempt(store: &Store, budget: &MemoryBudget, project_id: &str) -> Step {
-    let mut a = match store.begin().await {
-        Ok(a) => a,
-        Err(e) => return Step::Retry(Unresolved::Database, e.to_string()),
+/// Runs one attempt on a worker's session; database errors become a retryable step, and the
+/// session's connection is dropped so that the next attempt starts on a fresh one.
+pub async fn attempt(session: &mut Session, budget: &MemoryBudget, project_id: &str) -> Step {
+    let step = match session.begin().await {
+        Ok(mut a) => {
+            let step = attempt_in(&mut a, budget, project_id).await;
+            let finished = match &step {
+                Ok((_, true)) => a.commit().await,
+                _ => a.rollback().await,
+            };
+            match (step, finished) {
+                (Ok((step, _)), Ok(())) => step,
+                // A failed commit leaves nothing behind (the transaction is atomic): retry.
+                (Ok(_), Err(e)) | (Err(e), _) => Step::Retry(Unresolved::Database, e.to_string()),
+            }
+        }
+        Err(e) => Step::Retry(Unresolved::Database, e.to_string()),
     };
-    let step = attempt_in(&mut a, budget, project_id).await;
-    let finished = match &step {
-        Ok((_, true)) => a.commit().await,
-        _ => a.rollback().await,
-    };
-    match (step, finished) {
-        (Ok((step, _)), Ok(())) => step,
-        // A failed commit leaves nothing behind (the transaction is atomic): retry.
-        (Ok(_), Err(e)) | (Err(e), _) => Step::Retry(Unresolved::Database, e.to_string()),
+    if matches!(step, Step::Retry(Unresolved::Database, _)) {
+        session.discard();
     }
+    step
 }
 
 fn heads(observed: &[ObservedHead]) -> Vec<ActiveHead> {
@@ -86,7 +92,7 @@ fn not_active(observed: &[ObservedHead]) -> Option<String> {
 
 /// The attempt's body; the bool says whether to commit.
 async fn attempt_in(
-    a: &mut Attempt,
+    a: &mut Attempt<'_>,
     budget: &MemoryBudget,
     project_id: &str,
 ) -> Result<(Step, bool), StoreError> {
@@ -181,7 +187,7 @@ async fn attempt_in(
 /// (and their budget returned) before the next revision is fetched. `lengths` are the stored
 /// lengths read with the first observation (never the bytes).
 async fn build(
-    a: &mut Attempt,
+    a: &mut Attempt<'_>,
     budget: &MemoryBudget,
     builder: &mut SnapshotBuilder,
     lengths: &HashMap<String, StoredLength>,

@@ -9,14 +9,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use backon::{BackoffBuilder, ExponentialBuilder};
-use futures::StreamExt;
 
 pub use attempt::{Step, attempt, drift};
 pub use budget::{MemoryBudget, Reservation};
 pub use stop::Stop;
 
 use crate::report::{Outcome, RunSummary, Shard, Unresolved};
-use crate::store::{Store, StoreError};
+use crate::store::{Session, Store, StoreError};
 
 /// What `run` and `publish` are told.
 #[derive(Clone, Debug)]
@@ -158,14 +157,15 @@ impl<'a> Coordinator<'a> {
             .build()
     }
 
-    /// Builds one project with bounded attempts; `None` when stopped before starting.
-    pub async fn process(&self, project_id: &str) -> Option<Outcome> {
+    /// Builds one project with bounded attempts on a worker's session; `None` when stopped
+    /// before starting.
+    pub async fn process(&self, session: &mut Session, project_id: &str) -> Option<Outcome> {
         if self.stop.is_set() {
             return None;
         }
         let mut delays = self.backoff();
         loop {
-            match attempt(&self.store, &self.budget, project_id).await {
+            match attempt(session, &self.budget, project_id).await {
                 Step::Done(o) => return Some(o),
                 Step::Retry(reason, detail) => {
                     let slept = match delays.next() {
@@ -208,7 +208,7 @@ impl<'a> Coordinator<'a> {
             )));
         }
         let outcome = self
-            .process(project_id)
+            .process(&mut self.store.session(), project_id)
             .await
             .unwrap_or(Outcome::Unresolved {
                 reason: Unresolved::Database,
@@ -238,23 +238,31 @@ impl<'a> Coordinator<'a> {
         }
     }
 
-    async fn process_all(&self, projects: Vec<String>, outcomes: &mut BTreeMap<String, Outcome>) {
-        let mut results = futures::stream::iter(projects)
-            .map(|p| async move {
-                let o = self.process(&p).await;
-                (p, o)
-            })
-            .buffer_unordered(self.settings.concurrency.max(1));
-        while let Some((p, o)) = results.next().await {
-            if let Some(o) = o {
-                self.observer.outcome(&p, &o);
-                outcomes.insert(p, o);
+    /// One worker: takes projects from the queue until it closes, on a session of its own.
+    async fn worker(
+        &self,
+        queue: &tokio::sync::Mutex<tokio::sync::mpsc::Receiver<String>>,
+        decided: &std::sync::Mutex<Vec<(String, Outcome)>>,
+    ) {
+        let mut session = self.store.session();
+        loop {
+            let next = queue.lock().await.recv().await;
+            let Some(project_id) = next else { return };
+            if let Some(o) = self.process(&mut session, &project_id).await {
+                self.observer.outcome(&project_id, &o);
+                decided
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push((project_id, o));
             }
         }
     }
 
     /// Pages through this shard's pending projects `skip`ping some; returns whether it finished
-    /// (false when stopped or the database failed).
+    /// (false when stopped or the database failed) and how many projects it handed out.
+    ///
+    /// The pages feed a queue that `--concurrency` workers drain, so the next page is read
+    /// while the last projects of this one are still being built.
     async fn pass(
         &self,
         skip: &BTreeSet<String>,
@@ -262,30 +270,52 @@ impl<'a> Coordinator<'a> {
         outcomes: &mut BTreeMap<String, Outcome>,
         count_pages: bool,
     ) -> Result<(bool, usize), StoreError> {
-        let mut cursor = String::new();
-        let mut attempted = 0;
-        loop {
-            if self.stop.is_set() {
-                return Ok((false, attempted));
+        let (sender, receiver) =
+            tokio::sync::mpsc::channel(self.settings.page_size.max(1) as usize);
+        let queue = tokio::sync::Mutex::new(receiver);
+        let decided = std::sync::Mutex::new(Vec::new());
+        let pages = async move {
+            let mut cursor = String::new();
+            let (mut attempted, mut pages) = (0, 0);
+            loop {
+                if self.stop.is_set() {
+                    return Ok::<_, StoreError>((false, attempted, pages));
+                }
+                let page = self.page(&cursor).await?;
+                pages += 1;
+                let full = page.len() as u32 >= self.settings.page_size;
+                if let Some(last) = page.last() {
+                    cursor.clone_from(last);
+                }
+                for p in page {
+                    if self.settings.shard.owns(&p) && !skip.contains(&p) {
+                        attempted += 1;
+                        // Closed only when every worker is gone, which cannot happen first.
+                        if sender.send(p).await.is_err() {
+                            return Ok((false, attempted, pages));
+                        }
+                    }
+                }
+                if !full {
+                    return Ok((!self.stop.is_set(), attempted, pages));
+                }
             }
-            let page = self.page(&cursor).await?;
-            if count_pages {
-                summary.pages += 1;
-            }
-            let full = page.len() as u32 >= self.settings.page_size;
-            if let Some(last) = page.last() {
-                cursor.clone_from(last);
-            }
-            let mine: Vec<String> = page
-                .into_iter()
-                .filter(|p| self.settings.shard.owns(p) && !skip.contains(p))
-                .collect();
-            attempted += mine.len();
-            self.process_all(mine, outcomes).await;
-            if !full {
-                return Ok((!self.stop.is_set(), attempted));
-            }
+        };
+        let workers = futures::future::join_all(
+            (0..self.settings.concurrency.max(1)).map(|_| self.worker(&queue, &decided)),
+        );
+        let (paged, ()) = futures::future::join(pages, async {
+            workers.await;
+        })
+        .await;
+        for (p, o) in decided.into_inner().unwrap_or_else(|p| p.into_inner()) {
+            outcomes.insert(p, o);
         }
+        let (finished, attempted, pages) = paged?;
+        if count_pages {
+            summary.pages += pages;
+        }
+        Ok((finished && !self.stop.is_set(), attempted))
     }
 
     /// `run`: every pending project of the shard, then the final probes.

@@ -11,11 +11,11 @@ use crate::rejection::Rejection;
 
 /// An open transaction on one connection.
 #[derive(Debug)]
-pub enum Attempt {
+pub enum Attempt<'c> {
     /// PostgreSQL.
-    Pg(Transaction<'static, Postgres>),
+    Pg(Transaction<'c, Postgres>),
     /// SQLite.
-    Lite(Transaction<'static, Sqlite>),
+    Lite(Transaction<'c, Sqlite>),
 }
 
 /// What appending a snapshot did.
@@ -63,7 +63,7 @@ pub(super) fn claim_key(project_id: &str) -> i32 {
 /// The advisory-lock class shared by every executor version (`0x716C33`, "ql3").
 pub(super) const CLAIM_CLASS: i32 = 0x716C33;
 
-impl Attempt {
+impl Attempt<'_> {
     /// The dialect.
     pub fn dialect(&self) -> Dialect {
         match self {

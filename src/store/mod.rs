@@ -108,6 +108,47 @@ fn millis(d: Duration) -> String {
     format!("{}ms", d.as_millis())
 }
 
+// READ COMMITTED explicitly, whatever the server's default, in the BEGIN itself.
+const BEGIN: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
+
+/// One worker's connection, kept from one attempt to the next.
+///
+/// Checking a connection out of the pool and back in costs sqlx a round trip (a ping on
+/// release), which is a tenth of an attempt's round trips; a worker therefore keeps its
+/// PostgreSQL connection, and still runs each attempt in a transaction of its own. After a
+/// database error the worker [`discard`](Session::discard)s it, so the next attempt starts on a
+/// fresh connection (or, with several hosts, on the new primary). SQLite has one connection
+/// per process, shared by all workers, so there every attempt checks it out.
+#[derive(Debug)]
+pub struct Session {
+    store: Store,
+    conn: Option<sqlx::pool::PoolConnection<sqlx::Postgres>>,
+}
+
+impl Session {
+    /// Starts an attempt: one READ COMMITTED transaction on this session's connection.
+    pub async fn begin(&mut self) -> Result<Attempt<'_>, StoreError> {
+        match &self.store.pool {
+            Pool::Pg(target) => {
+                let conn = match self.conn.take() {
+                    Some(c) => c,
+                    None => target.acquire().await?,
+                };
+                let conn = self.conn.insert(conn);
+                Ok(Attempt::Pg(
+                    sqlx::Connection::begin_with(&mut **conn, BEGIN).await?,
+                ))
+            }
+            Pool::Lite(p) => Ok(Attempt::Lite(p.begin().await?)),
+        }
+    }
+
+    /// Drops the connection (after a database error); the next attempt takes a fresh one.
+    pub fn discard(&mut self) {
+        self.conn = None;
+    }
+}
+
 impl Store {
     /// Connects (SQLite: creating the file if missing).
     pub async fn connect(opts: &ConnectOptions) -> Result<Self, StoreError> {
@@ -120,6 +161,9 @@ impl Store {
                         "idle_in_transaction_session_timeout",
                         millis(opts.idle_in_transaction_timeout),
                     ),
+                    // Every statement is short; compiling one (tens of milliseconds when the
+                    // pending scan's estimate crosses jit_above_cost) costs more than it saves.
+                    ("jit", "off".to_owned()),
                 ];
                 let configure = |o: PgConnectOptions| {
                     o.application_name("package-executor")
@@ -187,11 +231,9 @@ impl Store {
     }
 
     /// Starts one attempt: a connection and a READ COMMITTED transaction.
-    pub async fn begin(&self) -> Result<Attempt, StoreError> {
+    pub async fn begin(&self) -> Result<Attempt<'static>, StoreError> {
         match &self.pool {
             Pool::Pg(target) => {
-                // READ COMMITTED explicitly, whatever the server's default, in the BEGIN itself.
-                const BEGIN: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
                 let tx = match target.pool().begin_with(BEGIN).await {
                     Ok(tx) => tx,
                     Err(e) if target.is_multi_host() => {
@@ -204,6 +246,14 @@ impl Store {
                 Ok(Attempt::Pg(tx))
             }
             Pool::Lite(p) => Ok(Attempt::Lite(p.begin().await?)),
+        }
+    }
+
+    /// A worker's session: its own connection, kept across attempts.
+    pub fn session(&self) -> Session {
+        Session {
+            store: self.clone(),
+            conn: None,
         }
     }
 

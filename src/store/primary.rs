@@ -7,8 +7,9 @@ use std::str::FromStr;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
+use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{ConnectOptions as _, Connection as _, PgPool, Row};
+use sqlx::{ConnectOptions as _, Connection as _, PgPool, Postgres, Row};
 
 use super::StoreError;
 
@@ -106,10 +107,7 @@ impl PgTarget {
             .first()
             .cloned()
             .ok_or_else(|| StoreError::Config("no host in the URL".into()))?;
-        let pool = PgPoolOptions::new()
-            .max_connections(max_connections)
-            .acquire_timeout(per_try)
-            .connect_lazy_with(first);
+        let pool = lazy_pool(first, max_connections, per_try);
         let target = Self {
             current: Arc::new(RwLock::new(pool)),
             hosts: Arc::new(hosts),
@@ -136,6 +134,20 @@ impl PgTarget {
             .clone()
     }
 
+    /// A connection of its own for a worker; with several hosts, a failed connect first looks
+    /// for the (new) primary.
+    pub async fn acquire(&self) -> Result<PoolConnection<Postgres>, StoreError> {
+        match self.pool().acquire().await {
+            Ok(c) => Ok(c),
+            Err(e) if self.is_multi_host() => {
+                tracing::warn!(error = %e, "PostgreSQL host lost: looking for the primary");
+                self.follow_primary().await?;
+                Ok(self.pool().acquire().await?)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Whether the URL named several hosts.
     pub fn is_multi_host(&self) -> bool {
         self.hosts.len() > 1
@@ -148,10 +160,7 @@ impl PgTarget {
         loop {
             for opts in self.hosts.iter() {
                 if is_usable(opts, self.require_primary).await {
-                    let pool = PgPoolOptions::new()
-                        .max_connections(self.max_connections)
-                        .acquire_timeout(self.acquire_timeout)
-                        .connect_lazy_with(opts.clone());
+                    let pool = lazy_pool(opts.clone(), self.max_connections, self.acquire_timeout);
                     let old = {
                         let mut current = self.current.write().unwrap_or_else(|p| p.into_inner());
                         std::mem::replace(&mut *current, pool)
@@ -200,4 +209,16 @@ mod tests {
         let (urls, _) = split_hosts("postgres://a,b");
         assert_eq!(urls, vec!["postgres://a", "postgres://b"]);
     }
+}
+
+/// A pool that connects on first use.
+fn lazy_pool(opts: PgConnectOptions, max_connections: u32, acquire_timeout: Duration) -> PgPool {
+    PgPoolOptions::new()
+        .max_connections(max_connections)
+        // No ping before each attempt (a round trip per project): a connection that died while
+        // idle fails its BEGIN, a transient error the attempt retries, and sqlx drops the
+        // broken connection when it is released.
+        .test_before_acquire(false)
+        .acquire_timeout(acquire_timeout)
+        .connect_lazy_with(opts)
 }

@@ -47,7 +47,7 @@ pub struct Appending {
     pub inserted: bool,
 }
 
-impl Attempt {
+impl Attempt<'_> {
     /// Claims the project and reads everything an attempt needs before the revisions.
     pub async fn open(&mut self, project_id: &str) -> Result<Opening, StoreError> {
         match self {
