@@ -186,6 +186,18 @@ impl PgTarget {
     }
 }
 
+/// A pool that connects on first use.
+fn lazy_pool(opts: PgConnectOptions, max_connections: u32, acquire_timeout: Duration) -> PgPool {
+    PgPoolOptions::new()
+        .max_connections(max_connections)
+        // No ping before each attempt (a round trip per project): a connection that died while
+        // idle fails its BEGIN, a transient error the attempt retries, and sqlx drops the
+        // broken connection when it is released.
+        .test_before_acquire(false)
+        .acquire_timeout(acquire_timeout)
+        .connect_lazy_with(opts)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -209,16 +221,4 @@ mod tests {
         let (urls, _) = split_hosts("postgres://a,b");
         assert_eq!(urls, vec!["postgres://a", "postgres://b"]);
     }
-}
-
-/// A pool that connects on first use.
-fn lazy_pool(opts: PgConnectOptions, max_connections: u32, acquire_timeout: Duration) -> PgPool {
-    PgPoolOptions::new()
-        .max_connections(max_connections)
-        // No ping before each attempt (a round trip per project): a connection that died while
-        // idle fails its BEGIN, a transient error the attempt retries, and sqlx drops the
-        // broken connection when it is released.
-        .test_before_acquire(false)
-        .acquire_timeout(acquire_timeout)
-        .connect_lazy_with(opts)
 }
