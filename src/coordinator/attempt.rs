@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use crate::planner::{ActiveHead, SnapshotBuilder, StoredLength};
+use crate::planner::{ActiveHead, Snapshot, SnapshotBuilder, StoredLength};
 use crate::rejection::Rejection;
 use crate::report::{Outcome, Unresolved};
 use crate::store::{Attempt, InsertOutcome, ObservedHead, Session, StoreError};
@@ -116,7 +116,7 @@ async fn attempt_in(
     if let Some(detail) = not_active(&first) {
         return Ok((Step::Retry(Unresolved::GenerationDrift, detail), false));
     }
-    let mut builder = SnapshotBuilder::new(project_id, heads(&first));
+    let builder = SnapshotBuilder::new(project_id, heads(&first));
     let vector_digest = builder.vector_digest().clone();
     if let Some(r) = opening.rejections.get(vector_digest.as_str()) {
         return Ok((
@@ -127,10 +127,7 @@ async fn attempt_in(
             false,
         ));
     }
-    let planned = match build(a, budget, &mut builder, &opening.lengths).await? {
-        Ok(()) => builder.finish(),
-        Err(rejection) => Err(rejection),
-    };
+    let planned = build(a, budget, builder, &opening.lengths).await?;
     let snapshot = match planned {
         Ok(snapshot) => snapshot,
         Err(rejection) => {
@@ -183,18 +180,38 @@ async fn attempt_in(
     }
 }
 
+/// Revisions at least this large are parsed off the async thread, so that one big revision
+/// does not hold up the other workers' round trips.
+const OFFLOAD_BYTES: usize = 256 * 1024;
+
+/// Runs `work` on the blocking pool when `large`, inline otherwise.
+async fn cpu<T: Send + 'static>(
+    large: bool,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, StoreError> {
+    if large {
+        tokio::task::spawn_blocking(work)
+            .await
+            .map_err(|e| StoreError::Other(format!("a revision parser task failed: {e}")))
+    } else {
+        Ok(work())
+    }
+}
+
 /// Reads each revision alone, in vector order, and feeds the builder; the bytes are dropped
 /// (and their budget returned) before the next revision is fetched. `lengths` are the stored
-/// lengths read with the first observation (never the bytes).
+/// lengths read with the first observation (never the bytes). Ends with the planned snapshot
+/// or the rejection.
 async fn build(
     a: &mut Attempt<'_>,
     budget: &MemoryBudget,
-    builder: &mut SnapshotBuilder,
+    mut builder: SnapshotBuilder,
     lengths: &HashMap<String, StoredLength>,
-) -> Result<Result<(), Rejection>, StoreError> {
+) -> Result<Result<Snapshot, Rejection>, StoreError> {
     if let Err(r) = builder.check_project() {
         return Ok(Err(r));
     }
+    let mut total = 0;
     for i in 0..builder.heads().len() {
         let approved = match builder.check_row(i) {
             Ok(p) => p,
@@ -212,12 +229,18 @@ async fn build(
                 "revision {digest} vanished while read"
             )));
         };
-        let added = builder.add_revision(i, &approved, &bytes);
-        drop(bytes);
+        total += bytes.len();
+        let (returned, added) = cpu(bytes.len() >= OFFLOAD_BYTES, move || {
+            let added = builder.add_revision(i, &approved, &bytes);
+            drop(bytes);
+            (builder, added)
+        })
+        .await?;
+        builder = returned;
         drop(reservation);
         if let Err(r) = added {
             return Ok(Err(r));
         }
     }
-    Ok(Ok(()))
+    cpu(total >= OFFLOAD_BYTES, move || builder.finish()).await
 }

@@ -164,6 +164,9 @@ impl Store {
                     // Every statement is short; compiling one (tens of milliseconds when the
                     // pending scan's estimate crosses jit_above_cost) costs more than it saves.
                     ("jit", "off".to_owned()),
+                    // Every query looks rows up by key, so the generic plan is the right one;
+                    // custom planning re-inlined the current proof on every attempt.
+                    ("plan_cache_mode", "force_generic_plan".to_owned()),
                 ];
                 let configure = |o: PgConnectOptions| {
                     o.application_name("package-executor")
