@@ -204,21 +204,23 @@ ORDER BY p0.project_id
 LIMIT $2"
 );
 
-/// The live heads of project `$1` (at most 129, in vector order) as one row of parallel arrays,
-/// for the combined PostgreSQL steps. `$inner`/`$outer` add columns, `$join` joins and
+/// The live heads of project `$1` (the first 129 in vector order) as one row of parallel arrays,
+/// for the combined PostgreSQL steps. One aggregate pass fills every array, so they stay
+/// aligned; the reader sorts the heads into vector order (an `ORDER BY` per `array_agg` would
+/// cost a sort each). `$inner`/`$outer` add columns, `$join` joins and
 /// `$gate` conditions to the plain observation ([`OBSERVE_HEADS`]).
 macro_rules! live_heads {
     ($inner:literal, $outer:literal, $join:literal, $gate:literal) => {
         concat!(
             "
-  SELECT coalesce(array_agg(o.package_name ORDER BY o.package_name), '{}') AS package_names,
-         coalesce(array_agg(o.installation_id ORDER BY o.package_name), '{}') AS installation_ids,
-         coalesce(array_agg(o.active_generation ORDER BY o.package_name), '{}') AS generations,
-         coalesce(array_agg(o.status ORDER BY o.package_name), '{}') AS statuses,
-         coalesce(array_agg(o.generation_digest ORDER BY o.package_name), '{}') AS generation_digests,
-         coalesce(array_agg(o.lock_digest ORDER BY o.package_name), '{}') AS lock_digests,
-         coalesce(array_agg(o.revision_digest ORDER BY o.package_name), '{}') AS revision_digests,
-         coalesce(array_agg(o.approved_permissions ORDER BY o.package_name), '{}') AS permissions",
+  SELECT coalesce(array_agg(o.package_name), '{}') AS package_names,
+         coalesce(array_agg(o.installation_id), '{}') AS installation_ids,
+         coalesce(array_agg(o.active_generation), '{}') AS generations,
+         coalesce(array_agg(o.status), '{}') AS statuses,
+         coalesce(array_agg(o.generation_digest), '{}') AS generation_digests,
+         coalesce(array_agg(o.lock_digest), '{}') AS lock_digests,
+         coalesce(array_agg(o.revision_digest), '{}') AS revision_digests,
+         coalesce(array_agg(o.approved_permissions), '{}') AS permissions",
             $outer,
             "
   FROM (SELECT i.package_name, i.installation_id, i.active_generation, g.status,
@@ -255,8 +257,8 @@ CROSS JOIN LATERAL (",
         ",
                r.byte_length, CAST(octet_length(r.content) AS BIGINT) AS actual_length",
         ",
-         coalesce(array_agg(o.byte_length ORDER BY o.package_name), '{}') AS byte_lengths,
-         coalesce(array_agg(o.actual_length ORDER BY o.package_name), '{}') AS actual_lengths",
+         coalesce(array_agg(o.byte_length), '{}') AS byte_lengths,
+         coalesce(array_agg(o.actual_length), '{}') AS actual_lengths",
         "
         LEFT JOIN ql3.materialized_revisions AS r ON r.revision_digest = g.revision_digest",
         " AND c.claimed"

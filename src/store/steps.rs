@@ -260,5 +260,7 @@ fn heads_from_arrays(row: &sqlx::postgres::PgRow) -> Result<Vec<ObservedHead>, S
             status,
         });
     }
+    // Vector order: byte order of package names, which are unique within a project.
+    heads.sort_unstable_by(|a, b| a.head.package_name.cmp(&b.head.package_name));
     Ok(heads)
 }
