@@ -309,6 +309,13 @@ impl Attempt<'_> {
         after: &str,
         limit: u32,
     ) -> Result<Vec<String>, StoreError> {
+        if let Attempt::Pg(tx) = self {
+            // The executor's sessions use generic plans (see Store::connect), but how much of
+            // the keyset the cursor leaves, and the LIMIT, decide this query's best plan.
+            sqlx::query("SET LOCAL plan_cache_mode = force_custom_plan")
+                .execute(&mut **tx)
+                .await?;
+        }
         on_conn!(self, c, d => {
             let rows = sqlx::query(for_dialect(d, sql::PENDING_PAGE))
                 .bind(after)

@@ -37,7 +37,7 @@ pub const POSTGRES: &[Migration] = &[
     migration!("postgres", 4, "0004_grants.sql"),
     migration!("postgres", 5, "0005_inline_current_proof.sql"),
     migration!("postgres", 6, "0006_cheaper_format_checks.sql"),
-    migration!("postgres", 7, "0007_snapshot_storage.sql"),
+    migration!("postgres", 7, "0007_snapshot_compression.sql"),
 ];
 
 /// SQLite migrations.

@@ -193,6 +193,8 @@ impl Store {
                     // One writer at a time: SQLite serialises writes anyway, and one connection
                     // avoids upgrade deadlocks between this process's own transactions.
                     .max_connections(1)
+                    // A local file does not drop connections; no ping per checkout.
+                    .test_before_acquire(false)
                     .acquire_timeout(Duration::from_secs(600))
                     .connect_with(connect)
                     .await
