@@ -244,7 +244,9 @@ pub const DEMO_FIXTURE: &[u8] = include_bytes!("../../examples/demo-fixture.json
 
 /// `demo`.
 pub async fn demo(cli: &Cli) -> anyhow::Result<i32> {
-    let store = connect(cli, 2).await?;
+    let settings = RunSettings::default();
+    // Each worker keeps a connection, and the pages need one more.
+    let store = connect(cli, settings.concurrency as u32 + 1).await?;
     let migrated = store.migrate(false, None).await?;
     println!(
         "1. migrated the {:?} database ({} migrations applied now)",
@@ -257,7 +259,6 @@ pub async fn demo(cli: &Cli) -> anyhow::Result<i32> {
         "2. imported the example fixture: {} projects ({} new rows)",
         imported.projects, imported.inserted
     );
-    let settings = RunSettings::default();
     let report = run_coordinator(cli, settings, store).await;
     println!("3. ran the executor in {} ms:\n", report.summary.elapsed_ms);
     println!(

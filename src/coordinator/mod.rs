@@ -22,7 +22,8 @@ use crate::store::{Session, Store, StoreError};
 pub struct RunSettings {
     /// Pending projects per keyset page.
     pub page_size: u32,
-    /// Projects in flight at once.
+    /// Projects in flight at once. On PostgreSQL each worker keeps a connection and the pages
+    /// use one more, so the store's pool needs `concurrency + 1` connections.
     pub concurrency: usize,
     /// Attempts per project per pass.
     pub max_attempts: u32,
