@@ -213,9 +213,34 @@ async fn replay_mismatch_is_reported_not_overwritten(s: Stores) {
     );
 }
 
+/// The pending scan, paged two at a time, yields exactly the projects without a current
+/// snapshot, in byte order.
+async fn assert_pending_is_not_current(store: &Store, when: &str) {
+    let mut pending = Vec::new();
+    let mut cursor = String::new();
+    loop {
+        let page = store.pending_page(&cursor, 2).await.unwrap();
+        pending.extend(page.iter().cloned());
+        match page.last() {
+            Some(last) if page.len() == 2 => cursor.clone_from(last),
+            _ => break,
+        }
+    }
+    let mut expected = Vec::new();
+    for p in ["demo-1", "demo-2", "demo-empty", "demo-rejected"] {
+        if current_digest(store, p).await.is_none() {
+            expected.push(p.to_owned());
+        }
+    }
+    assert_eq!(pending, expected, "{when}");
+}
+
 async fn activation_lifecycle(s: Stores) {
     import(&s.admin, DEMO).await;
+    assert_pending_is_not_current(&s.exec, "after import").await;
     let s1 = digest_of(&publish(&s.exec, "demo-1").await);
+    assert_eq!(publish(&s.exec, "demo-empty").await.name(), "published");
+    assert_pending_is_not_current(&s.exec, "after publishing two").await;
     // Generation 3 is staged; moving it through the pre-activation states keeps S1 current.
     for status in ["queued", "staged", "activating"] {
         exec(&s.admin, &format!(
@@ -226,6 +251,7 @@ async fn activation_lifecycle(s: Stores) {
             Some(s1.clone()),
             "during {status}"
         );
+        assert_pending_is_not_current(&s.exec, status).await;
     }
     sources::activate(&s.admin, "demo-1-github", 3)
         .await
@@ -235,6 +261,7 @@ async fn activation_lifecycle(s: Stores) {
         None,
         "the old snapshot is not current once activation commits"
     );
+    assert_pending_is_not_current(&s.exec, "after activation").await;
     let s2 = digest_of(&publish(&s.exec, "demo-1").await);
     assert_ne!(s1, s2);
     assert_eq!(current_digest(&s.exec, "demo-1").await, Some(s2.clone()));
@@ -243,6 +270,7 @@ async fn activation_lifecycle(s: Stores) {
         .await
         .unwrap();
     assert_eq!(current_digest(&s.exec, "demo-1").await, Some(s1.clone()));
+    assert_pending_is_not_current(&s.exec, "after rollback").await;
     // Activation from a status that is not staged/activating/superseded is refused.
     exec(&s.admin, "UPDATE ql3.package_generations SET status = 'failed' WHERE installation_id = 'demo-1-github' AND generation = 3").await.unwrap();
     assert!(

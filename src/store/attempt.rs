@@ -317,7 +317,11 @@ impl Attempt<'_> {
                 .await?;
         }
         on_conn!(self, c, d => {
-            let rows = sqlx::query(for_dialect(d, sql::PENDING_PAGE))
+            let text = match d {
+                Dialect::Postgres => sql::PENDING_PAGE_PG,
+                Dialect::Sqlite => sql::PENDING_PAGE_SQLITE,
+            };
+            let rows = sqlx::query(for_dialect(d, text))
                 .bind(after)
                 .bind(i64::from(limit))
                 .fetch_all(c)

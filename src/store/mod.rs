@@ -23,8 +23,8 @@ pub use error::StoreError;
 use primary::PgTarget;
 pub use primary::split_hosts;
 pub use steps::{Appending, Opening};
-/// The pending-project query text (for benchmarks and EXPLAIN).
-pub const PENDING_PAGE_SQL: &str = sql::PENDING_PAGE;
+/// The PostgreSQL pending-project query text (for benchmarks and EXPLAIN).
+pub const PENDING_PAGE_SQL: &str = sql::PENDING_PAGE_PG;
 pub use queries::{CurrentSnapshot, NewestSnapshot, RecordedRejection, StoredSnapshot};
 
 use crate::planner::ActiveHead;

@@ -116,8 +116,9 @@ FROM ql3.tool_definition_snapshot_sources AS src
 WHERE src.snapshot_id = $1
 ORDER BY src.package_name";
 
-/// The current proof's body, shared by the pending scan and (in SQLite) `find_current`:
-/// `s` is a snapshot of project `PROJECT`; true when its sources equal the live heads.
+/// The current proof's body in SQLite, shared by its `find_current` and pending scan (PostgreSQL
+/// has the migration's function): `s` is a snapshot of project `PROJECT`; true when its sources
+/// equal the live heads.
 macro_rules! proof {
     ($project:literal) => {
         concat!(
@@ -192,8 +193,21 @@ FROM matches AS m
 WHERE (SELECT COUNT(*) FROM matches) = 1"
 );
 
-/// Pending projects after a cursor, in byte order: those without a current snapshot.
-pub const PENDING_PAGE: &str = concat!(
+/// Pending projects after a cursor, in byte order: those without a current snapshot. In
+/// PostgreSQL the proof is the migration's function (inlined by the planner), asked only for
+/// projects that have a snapshot at all, so a page walks the keyset in order and stops at the
+/// LIMIT. (A join form let the planner sort every remaining project on each page.)
+pub const PENDING_PAGE_PG: &str = "
+SELECT p0.project_id FROM ql3.projects AS p0
+WHERE p0.project_id > $1
+  AND (NOT EXISTS (SELECT 1 FROM ql3.tool_definition_snapshots AS s
+                   WHERE s.project_id = p0.project_id)
+       OR NOT EXISTS (SELECT 1 FROM ql3.find_current_tool_snapshot(p0.project_id) AS f))
+ORDER BY p0.project_id
+LIMIT $2";
+
+/// Pending projects after a cursor, SQLite: the same proof as `FIND_CURRENT_SQLITE`.
+pub const PENDING_PAGE_SQLITE: &str = concat!(
     "
 SELECT p0.project_id FROM ql3.projects AS p0
 WHERE p0.project_id > $1
