@@ -11,7 +11,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use db::*;
-use package_executor::planner;
+use package_executor::planner::{self, ActiveHead};
 use package_executor::report::Outcome;
 use package_executor::sources;
 use package_executor::store::{Dialect, InsertOutcome, Store};
@@ -20,6 +20,34 @@ async fn within<F: Future<Output = ()>>(f: F) {
     tokio::time::timeout(Duration::from_secs(180), f)
         .await
         .expect("test timed out");
+}
+
+/// The live heads of a project, read in a transaction of their own.
+async fn live_heads(store: &Store, project: &str) -> Vec<ActiveHead> {
+    let mut a = store.begin().await.unwrap();
+    let heads = a.observe(project).await.unwrap();
+    a.rollback().await.unwrap();
+    heads.into_iter().map(|h| h.head).collect()
+}
+
+/// The snapshot a build of the project would append now, planned with the pure planner.
+async fn planned(store: &Store, project: &str) -> planner::Snapshot {
+    let heads = live_heads(store, project).await;
+    let mut a = store.begin().await.unwrap();
+    let mut revisions = std::collections::BTreeMap::new();
+    for h in &heads {
+        let bytes = a
+            .revision_content(&h.revision_digest)
+            .await
+            .unwrap()
+            .unwrap();
+        revisions.insert(h.revision_digest.clone(), bytes);
+    }
+    a.rollback().await.unwrap();
+    planner::plan(project, heads, |d| {
+        revisions.get(d).map(|b| (b.len() as i64, b.as_slice()))
+    })
+    .unwrap()
 }
 
 /// The stores a contract body uses: `admin` plays the control plane and the DBA (and, for
@@ -95,28 +123,9 @@ async fn import_publish_replay(s: Stores) {
     );
 
     // Exact replay: the same snapshot appended again is `replayed`, not a second row.
-    let mut a = s.exec.begin().await.unwrap();
-    let heads: Vec<_> = a
-        .observe("demo-1")
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|h| h.head)
-        .collect();
-    let mut revisions = std::collections::BTreeMap::new();
-    for h in &heads {
-        let bytes = a
-            .revision_content(&h.revision_digest)
-            .await
-            .unwrap()
-            .unwrap();
-        revisions.insert(h.revision_digest.clone(), bytes);
-    }
-    let snapshot = planner::plan("demo-1", heads, |d| {
-        revisions.get(d).map(|b| (b.len() as i64, b.as_slice()))
-    })
-    .unwrap();
+    let snapshot = planned(&s.exec, "demo-1").await;
     assert_eq!(snapshot.snapshot_digest.as_str(), digest);
+    let mut a = s.exec.begin().await.unwrap();
     assert_eq!(
         a.insert_snapshot(&snapshot).await.unwrap(),
         InsertOutcome::Replayed
@@ -175,15 +184,7 @@ async fn import_publish_replay(s: Stores) {
 async fn replay_mismatch_is_reported_not_overwritten(s: Stores) {
     import(&s.admin, DEMO).await;
     // The digest the real build would give, found on a throwaway copy of the build.
-    let mut a = s.exec.begin().await.unwrap();
-    let heads: Vec<_> = a
-        .observe("demo-2")
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|h| h.head)
-        .collect();
-    a.rollback().await.unwrap();
+    let heads = live_heads(&s.exec, "demo-2").await;
     let vector = planner::active_vector_digest("demo-2", &heads);
     let forged = "sha256:".to_owned() + &"ab".repeat(32);
     let blob = match s.admin.dialect() {
@@ -340,15 +341,7 @@ async fn removal_and_empty_project(s: Stores) {
 
 async fn current_proof_refuses_partial_matches(s: Stores) {
     import(&s.admin, DEMO).await;
-    let mut a = s.exec.begin().await.unwrap();
-    let live: Vec<_> = a
-        .observe("demo-1")
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|h| h.head)
-        .collect();
-    a.rollback().await.unwrap();
+    let live = live_heads(&s.exec, "demo-1").await;
     assert_eq!(live.len(), 2);
     // Fake snapshots whose sources are a strict subset / superset of the live heads.
     let mut extra = live[0].clone();
@@ -559,17 +552,7 @@ async fn open_and_append_steps(s: Stores) {
     a.rollback().await.unwrap();
 
     // The append's second observation equals the first, and the row lands only on commit.
-    let heads: Vec<_> = opening.heads.iter().map(|o| o.head.clone()).collect();
-    let mut builder = planner::SnapshotBuilder::new("demo-1", heads);
-    for i in 0..builder.heads().len() {
-        let approved = builder.check_row(i).unwrap();
-        let digest = builder.heads()[i].revision_digest.clone();
-        let mut r = s.exec.begin().await.unwrap();
-        let bytes = r.revision_content(&digest).await.unwrap().unwrap();
-        r.rollback().await.unwrap();
-        builder.add_revision(i, &approved, &bytes).unwrap();
-    }
-    let snapshot = builder.finish().unwrap();
+    let snapshot = planned(&s.exec, "demo-1").await;
     let mut a = s.exec.begin().await.unwrap();
     let appending = a.append(&snapshot).await.unwrap();
     assert!(appending.inserted);

@@ -73,7 +73,7 @@ pub async fn explain(cli: &Cli, project: &str) -> anyhow::Result<i32> {
     let heads: Vec<_> = live.iter().map(|o| o.head.clone()).collect();
     let vector = planner::active_vector_digest(project, &heads);
     let newest = a.newest_snapshot(project).await?;
-    let rejection = a.find_rejection(project, vector.as_str()).await?;
+    let rejection = a.project_rejections(project).await?.remove(vector.as_str());
     a.rollback().await?;
     println!("project {project}");
     println!(

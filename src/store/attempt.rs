@@ -3,7 +3,7 @@
 
 use sqlx::{AssertSqlSafe, Postgres, Row, Sqlite, Transaction};
 
-use super::queries::{CurrentSnapshot, NewestSnapshot, RecordedRejection, StoredSnapshot};
+use super::queries::{CurrentSnapshot, NewestSnapshot, StoredSnapshot};
 use super::sql::{self, for_dialect};
 use super::{Dialect, ObservedHead, StoreError};
 use crate::planner::{ActiveHead, Snapshot, StoredLength};
@@ -88,22 +88,6 @@ impl Attempt<'_> {
             Attempt::Lite(tx) => tx.rollback().await?,
         }
         Ok(())
-    }
-
-    /// Claims a project for this transaction (PostgreSQL advisory lock, released by commit or
-    /// rollback). SQLite has one writer per file, so the claim always succeeds there.
-    pub async fn try_claim(&mut self, project_id: &str) -> Result<bool, StoreError> {
-        match self {
-            Attempt::Pg(tx) => {
-                let row = sqlx::query("SELECT pg_try_advisory_xact_lock($1, $2) AS claimed")
-                    .bind(CLAIM_CLASS)
-                    .bind(claim_key(project_id))
-                    .fetch_one(&mut **tx)
-                    .await?;
-                Ok(row.try_get::<bool, _>("claimed")?)
-            }
-            Attempt::Lite(_) => Ok(true),
-        }
     }
 
     /// Whether the project row exists.
@@ -208,28 +192,6 @@ impl Attempt<'_> {
             match row {
                 None => Ok(None),
                 Some(r) => Ok(Some(r.try_get("content")?)),
-            }
-        })
-    }
-
-    /// The rejection recorded for a project's vector, if any.
-    pub async fn find_rejection(
-        &mut self,
-        project_id: &str,
-        vector_digest: &str,
-    ) -> Result<Option<RecordedRejection>, StoreError> {
-        on_conn!(self, c, d => {
-            let row = sqlx::query(for_dialect(d, sql::FIND_REJECTION))
-                .bind(project_id)
-                .bind(vector_digest)
-                .fetch_optional(c)
-                .await?;
-            match row {
-                None => Ok(None),
-                Some(r) => Ok(Some(RecordedRejection {
-                    reason: r.try_get("reason")?,
-                    detail: r.try_get("detail")?,
-                })),
             }
         })
     }

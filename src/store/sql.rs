@@ -30,17 +30,33 @@ pub fn for_dialect(dialect: Dialect, query: &'static str) -> &'static str {
         })
 }
 
-/// Live heads of a project joined to their generations (first and second observation);
-/// at most 129 rows, which is all `too-many-packages` needs.
-pub const OBSERVE_HEADS: &str = "
+/// Live heads of project `$1` joined to their generations, in vector order; at most 129 rows,
+/// which is all `too-many-packages` needs. `$columns`, `$join` and `$gate` add selected
+/// columns, joins and conditions for the combined PostgreSQL steps.
+macro_rules! heads_query {
+    ($columns:literal, $join:literal, $gate:literal) => {
+        concat!(
+            "
 SELECT i.package_name, i.installation_id, i.active_generation, g.status,
-       g.generation_digest, g.lock_digest, g.revision_digest, g.approved_permissions
+       g.generation_digest, g.lock_digest, g.revision_digest, g.approved_permissions",
+            $columns,
+            "
 FROM ql3.package_installations AS i
 LEFT JOIN ql3.package_generations AS g
-  ON g.installation_id = i.installation_id AND g.generation = i.active_generation
-WHERE i.project_id = $1 AND i.active_generation IS NOT NULL
+  ON g.installation_id = i.installation_id AND g.generation = i.active_generation",
+            $join,
+            "
+WHERE i.project_id = $1 AND i.active_generation IS NOT NULL",
+            $gate,
+            "
 ORDER BY i.package_name
-LIMIT 129";
+LIMIT 129"
+        )
+    };
+}
+
+/// One observation (the first and second, and `explain`'s).
+pub const OBSERVE_HEADS: &str = heads_query!("", "", "");
 
 /// The lengths of several revisions at once (never their bytes), PostgreSQL.
 pub const REVISION_LENGTHS_PG: &str = "
@@ -64,11 +80,6 @@ WHERE r.revision_digest = $1 AND LENGTH_FN(r.content) <= 25165824";
 /// Whether a project row exists.
 pub const PROJECT_EXISTS: &str =
     "SELECT COUNT(*) AS n FROM ql3.projects AS p WHERE p.project_id = $1";
-
-/// A recorded rejection for a vector.
-pub const FIND_REJECTION: &str = "
-SELECT r.reason, r.detail FROM ql3.tool_definition_snapshot_rejections AS r
-WHERE r.project_id = $1 AND r.active_vector_digest = $2";
 
 /// Records a rejection (once per project and vector).
 pub const RECORD_REJECTION: &str = "
@@ -218,13 +229,12 @@ ORDER BY p0.project_id
 LIMIT $2"
 );
 
-/// The live heads of project `$1` (the first 129 in vector order) as one row of parallel arrays,
-/// for the combined PostgreSQL steps. One aggregate pass fills every array, so they stay
-/// aligned; the reader sorts the heads into vector order (an `ORDER BY` per `array_agg` would
-/// cost a sort each). `$inner`/`$outer` add columns, `$join` joins and
-/// `$gate` conditions to the plain observation ([`OBSERVE_HEADS`]).
+/// The observation ([`OBSERVE_HEADS`], with `$columns`, `$join` and `$gate` as there) as one
+/// row of parallel arrays, for the combined PostgreSQL steps; `$arrays` aggregates the added
+/// columns. One aggregate pass fills every array, so they stay aligned; the reader sorts the
+/// heads into vector order (an `ORDER BY` per `array_agg` would cost a sort each).
 macro_rules! live_heads {
-    ($inner:literal, $outer:literal, $join:literal, $gate:literal) => {
+    ($columns:literal, $arrays:literal, $join:literal, $gate:literal) => {
         concat!(
             "
   SELECT coalesce(array_agg(o.package_name), '{}') AS package_names,
@@ -235,22 +245,11 @@ macro_rules! live_heads {
          coalesce(array_agg(o.lock_digest), '{}') AS lock_digests,
          coalesce(array_agg(o.revision_digest), '{}') AS revision_digests,
          coalesce(array_agg(o.approved_permissions), '{}') AS permissions",
-            $outer,
+            $arrays,
             "
-  FROM (SELECT i.package_name, i.installation_id, i.active_generation, g.status,
-               g.generation_digest, g.lock_digest, g.revision_digest, g.approved_permissions",
-            $inner,
-            "
-        FROM ql3.package_installations AS i
-        LEFT JOIN ql3.package_generations AS g
-          ON g.installation_id = i.installation_id AND g.generation = i.active_generation",
-            $join,
-            "
-        WHERE i.project_id = $1 AND i.active_generation IS NOT NULL",
-            $gate,
-            "
-        ORDER BY i.package_name
-        LIMIT 129) AS o"
+  FROM (",
+            heads_query!($columns, $join, $gate),
+            ") AS o"
         )
     };
 }
