@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use crate::canonical;
+use crate::canonical::{self, Sink as _};
 use crate::model::Digest;
 use crate::planner::{self, ActiveHead};
 use crate::store::StoredSnapshot;
@@ -83,11 +83,16 @@ pub fn problems(s: &StoredSnapshot) -> Vec<String> {
             ));
         }
     }
-    let definitions = doc.get("definitions").cloned().unwrap_or(Value::Null);
-    let definition_digest = canonical::digest(&serde_json::json!({
-        "schema": planner::DEFINITIONS_SCHEMA,
-        "definitions": definitions,
-    }));
+    // {"definitions": …, "schema": …}, hashed as written (members in canonical order), so the
+    // document's definitions are not copied.
+    let definitions = doc.get("definitions").unwrap_or(&Value::Null);
+    let mut set = canonical::HashSink::default();
+    set.put(b"{\"definitions\":");
+    canonical::write_value(definitions, &mut set);
+    set.put(b",\"schema\":");
+    canonical::write_string(planner::DEFINITIONS_SCHEMA, &mut set);
+    set.put(b"}");
+    let definition_digest = set.finish().0;
     for (what, value) in [
         ("document definitionDigest", text(&doc, "definitionDigest")),
         ("column definition_digest", s.definition_digest.clone()),

@@ -36,9 +36,9 @@ pub async fn current(cli: &Cli, project: &str, json: bool) -> anyhow::Result<i32
     println!("  committed      {}", c.committed_at);
     println!("  active vector  {}", c.active_vector_digest);
     println!("  definitions    {}", c.definition_digest);
-    let packages = doc["activeVector"].as_array().cloned().unwrap_or_default();
+    let packages = doc["activeVector"].as_array().map_or(&[][..], Vec::as_slice);
     println!("  packages ({}):", packages.len());
-    for p in &packages {
+    for p in packages {
         println!(
             "    {} generation {} ({})",
             p["packageName"].as_str().unwrap_or(""),
@@ -46,9 +46,9 @@ pub async fn current(cli: &Cli, project: &str, json: bool) -> anyhow::Result<i32
             p["installationId"].as_str().unwrap_or("")
         );
     }
-    let defs = doc["definitions"].as_array().cloned().unwrap_or_default();
+    let defs = doc["definitions"].as_array().map_or(&[][..], Vec::as_slice);
     println!("  tools ({}):", defs.len());
-    for d in &defs {
+    for d in defs {
         println!(
             "    {:<40} {} {}",
             d["alias"].as_str().unwrap_or(""),
