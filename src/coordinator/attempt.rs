@@ -50,13 +50,13 @@ fn heads(observed: &[ObservedHead]) -> Vec<ActiveHead> {
 /// Compares two observations: a changed (package, installation, generation) set is vector
 /// drift; the same heads with any other difference is generation drift.
 pub fn drift(first: &[ObservedHead], second: &[ObservedHead]) -> Option<(Unresolved, String)> {
-    let key = |h: &ObservedHead| {
+    fn key(h: &ObservedHead) -> (&str, &str, i64) {
         (
-            h.head.package_name.clone(),
-            h.head.installation_id.clone(),
+            h.head.package_name.as_str(),
+            h.head.installation_id.as_str(),
             h.head.generation,
         )
-    };
+    }
     if first.len() != second.len() || first.iter().zip(second).any(|(a, b)| key(a) != key(b)) {
         return Some((
             Unresolved::VectorDrift,
