@@ -289,10 +289,8 @@ async fn full_run_as_the_executor_login() {
     let admin = connect(&url).await;
     import(&admin, DEMO).await;
     let exec_url = pg::as_login(&url, "login_executor");
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_package-executor"))
+    let out = exe(&exec_url, "5s")
         .args(["run", "--json"])
-        .env("DATABASE_URL", &exec_url)
-        .env_remove("KUBERNETES_SERVICE_HOST")
         .output()
         .await
         .unwrap();
@@ -306,9 +304,8 @@ async fn full_run_as_the_executor_login() {
     assert_eq!(v["published"], 3);
     assert_eq!(v["rejected"]["forbidden-field"], 1);
     // The executor cannot migrate (it owns nothing and may not create).
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_package-executor"))
+    let out = exe(&exec_url, "5s")
         .args(["migrate"])
-        .env("DATABASE_URL", &exec_url)
         .output()
         .await
         .unwrap();
@@ -318,12 +315,7 @@ async fn full_run_as_the_executor_login() {
         &["current", "demo-1"],
         &["explain", "demo-1"],
     ] {
-        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_package-executor"))
-            .args(verb)
-            .env("DATABASE_URL", &exec_url)
-            .output()
-            .await
-            .unwrap();
+        let out = exe(&exec_url, "5s").args(verb).output().await.unwrap();
         assert_eq!(
             out.status.code(),
             Some(0),
@@ -339,21 +331,15 @@ async fn plain_migrate_names_missing_roles() {
     let dir = std::env::temp_dir().join(format!("pe-roles-{}", std::process::id()));
     let cluster = pg::PgCluster::start_in(dir, "");
     let url = cluster.url("postgres");
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_package-executor"))
-        .args(["migrate"])
-        .env("DATABASE_URL", &url)
-        .output()
-        .await
-        .unwrap();
+    let out = exe(&url, "5s").args(["migrate"]).output().await.unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("ql3_owner") && err.contains("ql3_api") && err.contains("--create-roles"),
         "{err}"
     );
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_package-executor"))
+    let out = exe(&url, "5s")
         .args(["migrate", "--create-roles"])
-        .env("DATABASE_URL", &url)
         .output()
         .await
         .unwrap();

@@ -36,7 +36,9 @@ pub async fn current(cli: &Cli, project: &str, json: bool) -> anyhow::Result<i32
     println!("  committed      {}", c.committed_at);
     println!("  active vector  {}", c.active_vector_digest);
     println!("  definitions    {}", c.definition_digest);
-    let packages = doc["activeVector"].as_array().map_or(&[][..], Vec::as_slice);
+    let packages = doc["activeVector"]
+        .as_array()
+        .map_or(&[][..], Vec::as_slice);
     println!("  packages ({}):", packages.len());
     for p in packages {
         println!(
