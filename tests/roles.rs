@@ -122,6 +122,38 @@ async fn privilege_matrix() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_step_takes_the_claim_once() {
+    // The claim is volatile: were the call copied into several places of the plan, a replica
+    // committing between two of them could make one gate see the claim and another not.
+    tokio::time::timeout(Duration::from_secs(60), async {
+        let url = pg::fresh_db().await;
+        let admin = connect(&url).await;
+        let mut conn = admin.pg_pool().unwrap().acquire().await.unwrap();
+        let prepare = format!(
+            "SET plan_cache_mode = force_generic_plan;
+             PREPARE open_step(text, integer, integer) AS {}",
+            package_executor::store::OPEN_SQL
+        );
+        sqlx::raw_sql(sqlx::AssertSqlSafe(prepare))
+            .execute(&mut *conn)
+            .await
+            .unwrap();
+        let plan: Vec<String> =
+            sqlx::query_scalar("EXPLAIN VERBOSE EXECUTE open_step('demo-1', 7433267, 1)")
+                .fetch_all(&mut *conn)
+                .await
+                .unwrap();
+        let calls = plan
+            .iter()
+            .map(|l| l.matches("pg_try_advisory_xact_lock").count())
+            .sum::<usize>();
+        assert_eq!(calls, 1, "open step plan:\n{}", plan.join("\n"));
+    })
+    .await
+    .expect("timed out");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn catalog_is_locked_down() {
     let url = pg::fresh_db().await;
     let admin = connect(&url).await;

@@ -25,6 +25,8 @@ pub use primary::split_hosts;
 pub use steps::{Appending, Opening};
 /// The PostgreSQL pending-project query text (for benchmarks and EXPLAIN).
 pub const PENDING_PAGE_SQL: &str = sql::PENDING_PAGE_PG;
+/// The PostgreSQL open step's text (`$1` project, `$2`/`$3` claim), for tests and EXPLAIN.
+pub const OPEN_SQL: &str = sql::OPEN_PG;
 pub use queries::{CurrentSnapshot, NewestSnapshot, RecordedRejection, StoredSnapshot};
 
 use crate::planner::ActiveHead;

@@ -257,14 +257,20 @@ macro_rules! live_heads {
 /// Opens an attempt in one PostgreSQL statement: the claim (`$2`, `$3`), then, only when it
 /// is held, the current proof (the migration's function, inlined by the planner), the first
 /// observation with each revision's stored lengths, and the project's recorded rejections.
+///
+/// The claim is a `MATERIALIZED` CTE so that `pg_try_advisory_xact_lock` runs exactly once.
+/// As a plain subquery the planner copied the call into every gate that reads `c.claimed`;
+/// if another replica committed between two of those calls, one gate saw the claim and
+/// another did not (an empty first observation under a granted claim).
 pub const OPEN_PG: &str = concat!(
     "
+WITH c AS MATERIALIZED (SELECT pg_try_advisory_xact_lock($2, $3) AS claimed)
 SELECT c.claimed,
        CASE WHEN c.claimed THEN
          (SELECT f.snapshot_digest FROM ql3.find_current_tool_snapshot($1) AS f)
        END AS current_digest,
        h.*, rj.*
-FROM (SELECT pg_try_advisory_xact_lock($2, $3) AS claimed) AS c
+FROM c
 CROSS JOIN LATERAL (",
     live_heads!(
         ",
