@@ -476,3 +476,37 @@ async fn sigterm_and_deadline_stop_cleanly_with_a_summary() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_connection_that_died_while_idle_costs_no_attempt() {
+    use package_executor::coordinator::{MemoryBudget, Step, attempt};
+    within(60, async {
+        let url = pg::fresh_db().await;
+        let store = connect(&url).await;
+        import(&store, DEMO).await;
+        let budget = MemoryBudget::new(RunSettings::default().memory_budget);
+        let mut session = store.session();
+        let first = attempt(&mut session, &budget, "demo-1").await;
+        assert!(
+            matches!(first, Step::Done(Outcome::Published { .. })),
+            "{first:?}"
+        );
+        // The server ends every other backend, the worker's idle kept connection among them
+        // (as a restart or a proxy's idle timeout would).
+        let ended = scalar(
+            &store,
+            "SELECT COUNT(*) FROM (SELECT pg_terminate_backend(a.pid) FROM pg_stat_activity AS a
+             WHERE a.datname = current_database() AND a.pid <> pg_backend_pid()) AS t",
+        )
+        .await;
+        assert!(ended >= 1, "the worker's connection was open");
+        let second = attempt(&mut session, &budget, "demo-2").await;
+        assert!(
+            matches!(second, Step::Done(Outcome::Published { .. })),
+            "the dead connection cost the attempt: {second:?}"
+        );
+        drop(session);
+        store.close().await;
+    })
+    .await;
+}

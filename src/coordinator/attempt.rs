@@ -20,22 +20,33 @@ pub enum Step {
 }
 
 /// Runs one attempt on a worker's session; database errors become a retryable step, and the
-/// session's connection is dropped so that the next attempt starts on a fresh one.
+/// session's connection is dropped so that the next attempt starts on a fresh one. A failed
+/// `BEGIN` is tried once more at once when [`Session::recover`] says the cause was not this
+/// attempt's (a kept connection that died while idle, a primary that moved).
 pub async fn attempt(session: &mut Session, budget: &MemoryBudget, project_id: &str) -> Step {
-    let step = match session.begin().await {
-        Ok(mut a) => {
-            let step = attempt_in(&mut a, budget, project_id).await;
-            let finished = match &step {
-                Ok((_, true)) => a.commit().await,
-                _ => a.rollback().await,
-            };
-            match (step, finished) {
-                (Ok((step, _)), Ok(())) => step,
-                // A failed commit leaves nothing behind (the transaction is atomic): retry.
-                (Ok(_), Err(e)) | (Err(e), _) => Step::Retry(Unresolved::Database, e.to_string()),
+    let mut recovered = false;
+    let step = loop {
+        let error = match session.begin().await {
+            Ok(mut a) => {
+                let step = attempt_in(&mut a, budget, project_id).await;
+                let finished = match &step {
+                    Ok((_, true)) => a.commit().await,
+                    _ => a.rollback().await,
+                };
+                break match (step, finished) {
+                    (Ok((step, _)), Ok(())) => step,
+                    // A failed commit leaves nothing behind (the transaction is atomic): retry.
+                    (Ok(_), Err(e)) | (Err(e), _) => {
+                        Step::Retry(Unresolved::Database, e.to_string())
+                    }
+                };
             }
+            Err(e) => e,
+        };
+        if recovered || !session.recover().await {
+            break Step::Retry(Unresolved::Database, error.to_string());
         }
-        Err(e) => Step::Retry(Unresolved::Database, e.to_string()),
+        recovered = true;
     };
     if matches!(step, Step::Retry(Unresolved::Database, _)) {
         session.discard();

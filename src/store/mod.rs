@@ -125,6 +125,8 @@ const BEGIN: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
 pub struct Session {
     store: Store,
     conn: Option<sqlx::pool::PoolConnection<sqlx::Postgres>>,
+    /// Whether the last `begin` ran on a connection kept from an earlier attempt.
+    kept: bool,
 }
 
 impl Session {
@@ -132,6 +134,7 @@ impl Session {
     pub async fn begin(&mut self) -> Result<Attempt<'_>, StoreError> {
         match &self.store.pool {
             Pool::Pg(target) => {
+                self.kept = self.conn.is_some();
                 let conn = match self.conn.take() {
                     Some(c) => c,
                     None => target.acquire().await?,
@@ -148,6 +151,23 @@ impl Session {
     /// Drops the connection (after a database error); the next attempt takes a fresh one.
     pub fn discard(&mut self) {
         self.conn = None;
+    }
+
+    /// After a failed [`begin`](Session::begin): drops the connection and says whether one
+    /// more `begin` is worth trying at once, so that an event no attempt caused does not cost
+    /// one. A kept connection can have died while idle (a server restart, a proxy's idle
+    /// timeout): a fresh one is tried. With several hosts the primary can have moved: the
+    /// pool follows it first (as [`Store::begin`] does).
+    pub async fn recover(&mut self) -> bool {
+        self.conn = None;
+        match &self.store.pool {
+            Pool::Pg(target) if target.is_multi_host() => {
+                tracing::warn!("PostgreSQL connection lost: looking for the primary");
+                target.follow_primary().await.is_ok()
+            }
+            Pool::Pg(_) => std::mem::take(&mut self.kept),
+            Pool::Lite(_) => false,
+        }
     }
 }
 
@@ -261,6 +281,7 @@ impl Store {
         Session {
             store: self.clone(),
             conn: None,
+            kept: false,
         }
     }
 
