@@ -14,7 +14,7 @@ use db::*;
 use package_executor::planner::{self, ActiveHead};
 use package_executor::report::Outcome;
 use package_executor::sources;
-use package_executor::store::{Dialect, InsertOutcome, Store};
+use package_executor::store::{Dialect, InsertOutcome, Replay, Store};
 
 async fn within<F: Future<Output = ()>>(f: F) {
     tokio::time::timeout(Duration::from_secs(180), f)
@@ -569,10 +569,7 @@ async fn open_and_append_steps(s: Stores) {
     let mut a = s.exec.begin().await.unwrap();
     let again = a.append(&snapshot).await.unwrap();
     assert!(!again.inserted, "both unique keys arbitrate");
-    assert_eq!(
-        a.replay_outcome(&snapshot).await.unwrap(),
-        InsertOutcome::Replayed
-    );
+    assert_eq!(a.replay_outcome(&snapshot).await.unwrap(), Replay::Exact);
     assert_eq!(
         a.open("demo-1").await.unwrap().current.as_deref(),
         Some(snapshot.snapshot_digest.as_str())

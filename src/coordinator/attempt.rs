@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use crate::planner::{ActiveHead, Snapshot, SnapshotBuilder, StoredLength};
 use crate::rejection::Rejection;
 use crate::report::{Outcome, Unresolved};
-use crate::store::{Attempt, InsertOutcome, ObservedHead, Session, StoreError};
+use crate::store::{Attempt, ObservedHead, Replay, Session, StoreError};
 
 use super::budget::MemoryBudget;
 
@@ -172,13 +172,13 @@ async fn attempt_in(
         ));
     }
     match a.replay_outcome(&snapshot).await? {
-        InsertOutcome::Published | InsertOutcome::Replayed => Ok((
+        Replay::Exact => Ok((
             Step::Done(Outcome::Replayed {
                 snapshot_digest: digest,
             }),
             false,
         )),
-        InsertOutcome::Mismatch { existing } => Ok((
+        Replay::Mismatch { existing } => Ok((
             Step::Done(Outcome::Integrity {
                 detail: format!(
                     "replay-mismatch: project {project_id} vector {vector_digest} already has \

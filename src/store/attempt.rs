@@ -222,10 +222,12 @@ impl Attempt<'_> {
             Attempt::Lite(_) => self.insert_rows(s).await?,
         };
         if inserted {
-            Ok(InsertOutcome::Published)
-        } else {
-            self.replay_outcome(s).await
+            return Ok(InsertOutcome::Published);
         }
+        Ok(match self.replay_outcome(s).await? {
+            super::Replay::Exact => InsertOutcome::Replayed,
+            super::Replay::Mismatch { existing } => InsertOutcome::Mismatch { existing },
+        })
     }
 
     /// Inserts the snapshot row (`ON CONFLICT DO NOTHING`) and, when it was inserted, its

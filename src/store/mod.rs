@@ -22,7 +22,7 @@ pub use attempt::{Attempt, InsertOutcome};
 pub use error::StoreError;
 use primary::PgTarget;
 pub use primary::split_hosts;
-pub use steps::{Appending, Opening};
+pub use steps::{Appending, Opening, Replay};
 /// The PostgreSQL pending-project query text (for benchmarks and EXPLAIN).
 pub const PENDING_PAGE_SQL: &str = sql::PENDING_PAGE_PG;
 /// The PostgreSQL open step's text (`$1` project, `$2`/`$3` claim), for tests and EXPLAIN.

@@ -19,7 +19,7 @@ use sqlx::Row;
 
 use super::attempt::{CLAIM_CLASS, claim_key};
 use super::sql;
-use super::{Attempt, InsertOutcome, ObservedHead, RecordedRejection, StoreError};
+use super::{Attempt, ObservedHead, RecordedRejection, StoreError};
 use crate::planner::{ActiveHead, Snapshot, StoredLength};
 
 /// What opening an attempt found.
@@ -35,6 +35,18 @@ pub struct Opening {
     pub lengths: HashMap<String, StoredLength>,
     /// Rejections recorded for this project, by active vector digest.
     pub rejections: HashMap<String, RecordedRejection>,
+}
+
+/// What an insert that did nothing met: the same snapshot, or another one for this vector.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Replay {
+    /// An identical snapshot for this project and vector already existed.
+    Exact,
+    /// A different snapshot exists for this project and vector: `replay-mismatch`.
+    Mismatch {
+        /// The stored snapshot digest.
+        existing: String,
+    },
 }
 
 /// What appending found and did.
@@ -183,7 +195,7 @@ impl Attempt<'_> {
 
     /// After an insert that did nothing: the same snapshot digest for this project and vector
     /// is an exact replay; a different one is `replay-mismatch`.
-    pub async fn replay_outcome(&mut self, s: &Snapshot) -> Result<InsertOutcome, StoreError> {
+    pub async fn replay_outcome(&mut self, s: &Snapshot) -> Result<Replay, StoreError> {
         super::on_conn!(self, c, d => {
             let existing = sqlx::query(sql::for_dialect(d, sql::SNAPSHOT_BY_VECTOR))
                 .bind(&s.project_id)
@@ -194,9 +206,9 @@ impl Attempt<'_> {
                 Some(r) => {
                     let existing: String = r.try_get("snapshot_digest")?;
                     if existing == s.snapshot_digest.as_str() {
-                        Ok(InsertOutcome::Replayed)
+                        Ok(Replay::Exact)
                     } else {
-                        Ok(InsertOutcome::Mismatch { existing })
+                        Ok(Replay::Mismatch { existing })
                     }
                 }
                 // Conflict on a row this transaction cannot see yet: retry.
