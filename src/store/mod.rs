@@ -155,18 +155,33 @@ impl Session {
 
     /// After a failed [`begin`](Session::begin): drops the connection and says whether one
     /// more `begin` is worth trying at once, so that an event no attempt caused does not cost
-    /// one. A kept connection can have died while idle (a server restart, a proxy's idle
-    /// timeout): a fresh one is tried. With several hosts the primary can have moved: the
-    /// pool follows it first (as [`Store::begin`] does).
+    /// one. With several hosts the primary can have moved: the pool follows it first (as
+    /// [`Store::begin`] does). A kept connection can have died while idle (a server restart, a
+    /// proxy's idle timeout), and the pool's idle connections with it: the session takes the
+    /// first pooled connection that answers a ping, closing the dead ones it meets.
     pub async fn recover(&mut self) -> bool {
         self.conn = None;
+        let kept = std::mem::take(&mut self.kept);
         match &self.store.pool {
             Pool::Pg(target) if target.is_multi_host() => {
                 tracing::warn!("PostgreSQL connection lost: looking for the primary");
                 target.follow_primary().await.is_ok()
             }
-            Pool::Pg(_) => std::mem::take(&mut self.kept),
-            Pool::Lite(_) => false,
+            Pool::Pg(target) if kept => {
+                // Each dead connection met is closed, so this ends within the pool's size.
+                for _ in 0..=target.max_connections() {
+                    let Ok(mut conn) = target.acquire().await else {
+                        return false;
+                    };
+                    if sqlx::Connection::ping(&mut *conn).await.is_ok() {
+                        self.conn = Some(conn);
+                        return true;
+                    }
+                    drop(conn.detach());
+                }
+                false
+            }
+            Pool::Pg(_) | Pool::Lite(_) => false,
         }
     }
 }

@@ -148,6 +148,11 @@ impl PgTarget {
         }
     }
 
+    /// The pool's size.
+    pub fn max_connections(&self) -> u32 {
+        self.max_connections
+    }
+
     /// Whether the URL named several hosts.
     pub fn is_multi_host(&self) -> bool {
         self.hosts.len() > 1
