@@ -520,3 +520,107 @@ async fn a_kept_connection_that_died_while_idle_costs_no_attempt() {
     })
     .await;
 }
+
+/// A TCP proxy to PostgreSQL that can fall silent: once `silent` is set it delivers nothing
+/// more in either direction but keeps every socket open, as a node lost without a TCP reset
+/// leaves its connections half-open.
+async fn silent_proxy(server_port: u16, silent: Arc<AtomicBool>) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    async fn pump(
+        mut from: tokio::net::tcp::OwnedReadHalf,
+        mut to: tokio::net::tcp::OwnedWriteHalf,
+        silent: Arc<AtomicBool>,
+    ) {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let n = match from.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            if silent.load(Ordering::SeqCst) {
+                // Hold the bytes and the sockets for good.
+                std::future::pending::<()>().await;
+            }
+            if to.write_all(&buf[..n]).await.is_err() {
+                return;
+            }
+        }
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let silent = silent.clone();
+            tokio::spawn(async move {
+                let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", server_port)).await
+                else {
+                    return;
+                };
+                let (client_read, client_write) = client.into_split();
+                let (server_read, server_write) = server.into_split();
+                tokio::spawn(pump(client_read, server_write, silent.clone()));
+                pump(server_read, client_write, silent).await;
+            });
+        }
+    });
+    port
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_server_costs_an_attempt_not_a_hung_worker() {
+    use package_executor::coordinator::{MemoryBudget, Step, attempt};
+    use package_executor::report::Unresolved;
+    use package_executor::store::ConnectOptions;
+    within(60, async {
+        let url = pg::fresh_db().await;
+        let direct = connect(&url).await;
+        import(&direct, DEMO).await;
+        let (head, db) = url.rsplit_once('/').unwrap();
+        let server_port: u16 = head.rsplit_once(':').unwrap().1.parse().unwrap();
+        let silent = Arc::new(AtomicBool::new(false));
+        let port = silent_proxy(server_port, silent.clone()).await;
+        let opts = ConnectOptions {
+            statement_timeout: Duration::from_secs(1),
+            answer_margin: Duration::from_secs(1),
+            acquire_timeout: Duration::from_secs(2),
+            ..ConnectOptions::new(format!("postgres://postgres@127.0.0.1:{port}/{db}"))
+        };
+        let store = Store::connect(&opts).await.unwrap();
+        let budget = MemoryBudget::new(RunSettings::default().memory_budget);
+        let mut session = store.session();
+        let first = attempt(&mut session, &budget, "demo-1").await;
+        assert!(
+            matches!(first, Step::Done(Outcome::Published { .. })),
+            "{first:?}"
+        );
+        // An idle connection waits in the pool too (returned connections become idle once
+        // sqlx has pinged them).
+        let pool = store.pg_pool().unwrap();
+        drop(pool.acquire().await.unwrap());
+        while pool.num_idle() == 0 {
+            tokio::task::yield_now().await;
+        }
+        silent.store(true, Ordering::SeqCst);
+        // The kept connection and the idle one are now half-open: the attempt gives them up
+        // instead of waiting.
+        let second = attempt(&mut session, &budget, "demo-2").await;
+        match &second {
+            Step::Retry(Unresolved::Database, detail) => {
+                assert!(detail.contains("no answer from the database"), "{detail}")
+            }
+            other => panic!("expected a database retry, got {other:?}"),
+        }
+        assert_eq!(current_digest(&direct, "demo-2").await, None);
+        // Once the path is back, a fresh connection carries on.
+        silent.store(false, Ordering::SeqCst);
+        let third = attempt(&mut session, &budget, "demo-2").await;
+        assert!(
+            matches!(third, Step::Done(Outcome::Published { .. })),
+            "{third:?}"
+        );
+        drop(session);
+        store.close().await;
+        direct.close().await;
+    })
+    .await;
+}

@@ -2,6 +2,7 @@
 //! a time, the pure planner, second observation, then append (or record the rejection).
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use crate::planner::{ActiveHead, Snapshot, SnapshotBuilder, StoredLength};
 use crate::rejection::Rejection;
@@ -22,16 +23,21 @@ pub enum Step {
 /// Runs one attempt on a worker's session; database errors become a retryable step, and the
 /// session's connection is dropped so that the next attempt starts on a fresh one. A failed
 /// `BEGIN` is tried once more at once when [`Session::recover`] says the cause was not this
-/// attempt's (a kept connection that died while idle, a primary that moved).
+/// attempt's (a kept connection that died while idle, a primary that moved). Every wait for
+/// the database is bounded by [`Session::answer_timeout`].
 pub async fn attempt(session: &mut Session, budget: &MemoryBudget, project_id: &str) -> Step {
+    let limit = session.answer_timeout();
     let mut recovered = false;
     let step = loop {
-        let error = match session.begin().await {
+        let error = match answered(limit, session.begin()).await {
             Ok(mut a) => {
-                let step = attempt_in(&mut a, budget, project_id).await;
+                let step = attempt_in(&mut a, budget, project_id, limit).await;
                 let finished = match &step {
-                    Ok((_, true)) => a.commit().await,
-                    _ => a.rollback().await,
+                    Ok((_, true)) => answered(limit, a.commit()).await,
+                    // A connection that stopped answering is given up, not rolled back: the
+                    // server rolls back when it notices, and the session discards it below.
+                    Err(StoreError::NoAnswer(_)) => Ok(()),
+                    _ => answered(limit, a.rollback()).await,
                 };
                 break match (step, finished) {
                     (Ok((step, _)), Ok(())) => step,
@@ -43,6 +49,7 @@ pub async fn attempt(session: &mut Session, budget: &MemoryBudget, project_id: &
             }
             Err(e) => e,
         };
+        // Each wait inside `recover` is bounded (the pool's acquire timeout, a ping timeout).
         if recovered || !session.recover().await {
             break Step::Retry(Unresolved::Database, error.to_string());
         }
@@ -52,6 +59,16 @@ pub async fn attempt(session: &mut Session, budget: &MemoryBudget, project_id: &
         session.discard();
     }
     step
+}
+
+/// Awaits one database step, or gives up with [`StoreError::NoAnswer`] after `limit`.
+async fn answered<T>(
+    limit: Duration,
+    step: impl Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    tokio::time::timeout(limit, step)
+        .await
+        .unwrap_or(Err(StoreError::NoAnswer(limit)))
 }
 
 fn heads(observed: &[ObservedHead]) -> Vec<ActiveHead> {
@@ -106,8 +123,9 @@ async fn attempt_in(
     a: &mut Attempt<'_>,
     budget: &MemoryBudget,
     project_id: &str,
+    limit: Duration,
 ) -> Result<(Step, bool), StoreError> {
-    let opening = a.open(project_id).await?;
+    let opening = answered(limit, a.open(project_id)).await?;
     if !opening.claimed {
         return Ok((
             Step::Retry(
@@ -138,16 +156,19 @@ async fn attempt_in(
             false,
         ));
     }
-    let planned = build(a, budget, builder, &opening.lengths).await?;
+    let planned = build(a, budget, builder, &opening.lengths, limit).await?;
     let snapshot = match planned {
         Ok(snapshot) => snapshot,
         Err(rejection) => {
-            let second = a.observe(project_id).await?;
+            let second = answered(limit, a.observe(project_id)).await?;
             if let Some((reason, detail)) = drift(&first, &second) {
                 return Ok((Step::Retry(reason, detail), false));
             }
-            a.record_rejection(project_id, vector_digest.as_str(), &rejection)
-                .await?;
+            answered(
+                limit,
+                a.record_rejection(project_id, vector_digest.as_str(), &rejection),
+            )
+            .await?;
             return Ok((
                 Step::Done(Outcome::Rejected {
                     code: rejection.code.as_str().to_owned(),
@@ -158,7 +179,7 @@ async fn attempt_in(
         }
     };
     // The second observation comes with the insert; on drift the caller rolls both back.
-    let appending = a.append(&snapshot).await?;
+    let appending = answered(limit, a.append(&snapshot)).await?;
     if let Some((reason, detail)) = drift(&first, &appending.second) {
         return Ok((Step::Retry(reason, detail), false));
     }
@@ -171,7 +192,7 @@ async fn attempt_in(
             true,
         ));
     }
-    match a.replay_outcome(&snapshot).await? {
+    match answered(limit, a.replay_outcome(&snapshot)).await? {
         Replay::Exact => Ok((
             Step::Done(Outcome::Replayed {
                 snapshot_digest: digest,
@@ -218,6 +239,7 @@ async fn build(
     budget: &MemoryBudget,
     mut builder: SnapshotBuilder,
     lengths: &HashMap<String, StoredLength>,
+    limit: Duration,
 ) -> Result<Result<Snapshot, Rejection>, StoreError> {
     if let Err(r) = builder.check_project() {
         return Ok(Err(r));
@@ -235,7 +257,7 @@ async fn build(
         }
         let need = stored.map_or(0, |s| s.actual_length.max(0) as u64);
         let reservation = budget.reserve(need).await;
-        let Some(bytes) = a.revision_content(&digest).await? else {
+        let Some(bytes) = answered(limit, a.revision_content(&digest)).await? else {
             return Err(StoreError::Transient(format!(
                 "revision {digest} vanished while read"
             )));

@@ -18,6 +18,13 @@ pub enum StoreError {
     /// Bad input from a person: a fixture, an unknown project, a refused transition (exit 1).
     #[error("{0}")]
     Input(String),
+    /// The database said nothing for this long (see `Store::answer_timeout`); the connection
+    /// was given up (exit 8 when it ends a command).
+    #[error(
+        "no answer from the database within {0:?}: the server or the network path to it is gone; \
+         the connection was given up (check the server, and the network between it and this pod)"
+    )]
+    NoAnswer(std::time::Duration),
     /// Anything else the database refused (exit 1).
     #[error("database error: {0}")]
     Other(String),
@@ -34,14 +41,17 @@ impl StoreError {
 
     /// Whether another attempt may succeed.
     pub fn is_transient(&self) -> bool {
-        matches!(self, StoreError::Transient(_) | StoreError::Unavailable(_))
+        matches!(
+            self,
+            StoreError::Transient(_) | StoreError::Unavailable(_) | StoreError::NoAnswer(_)
+        )
     }
 
     /// Whether the database cannot be used at all (unreachable or not migrated): exit 8.
     pub fn is_unavailable(&self) -> bool {
         matches!(
             self,
-            StoreError::Unavailable(_) | StoreError::NotMigrated(_)
+            StoreError::Unavailable(_) | StoreError::NotMigrated(_) | StoreError::NoAnswer(_)
         )
     }
 }

@@ -68,6 +68,9 @@ pub struct ConnectOptions {
     pub idle_in_transaction_timeout: Duration,
     /// How long to wait for a connection from the pool or the server.
     pub acquire_timeout: Duration,
+    /// How long past `statement_timeout` an attempt waits for the server's answer before it
+    /// gives the connection up (see [`Store::answer_timeout`]).
+    pub answer_margin: Duration,
 }
 
 impl ConnectOptions {
@@ -80,6 +83,7 @@ impl ConnectOptions {
             lock_timeout: Duration::from_secs(10),
             idle_in_transaction_timeout: Duration::from_secs(120),
             acquire_timeout: Duration::from_secs(30),
+            answer_margin: Duration::from_secs(30),
         }
     }
 }
@@ -94,6 +98,7 @@ enum Pool {
 #[derive(Clone, Debug)]
 pub struct Store {
     pool: Pool,
+    answer_timeout: Duration,
 }
 
 /// One live head as an observation sees it: the head with its generation's columns, and the
@@ -109,6 +114,13 @@ pub struct ObservedHead {
 fn millis(d: Duration) -> String {
     format!("{}ms", d.as_millis())
 }
+
+/// How long [`Store::close`] waits for the pool's connections.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long [`Session::recover`] waits for a pooled connection to answer a ping: a live server
+/// answers one at once, and a connection that does not is simply replaced.
+const PING_TIMEOUT: Duration = Duration::from_secs(5);
 
 // READ COMMITTED explicitly, whatever the server's default, in the BEGIN itself.
 const BEGIN: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
@@ -148,9 +160,18 @@ impl Session {
         }
     }
 
-    /// Drops the connection (after a database error); the next attempt takes a fresh one.
+    /// Closes the connection (after a database error); the next attempt takes a fresh one.
+    /// It is detached from the pool rather than returned: sqlx pings a returned connection,
+    /// which on a half-open one would hold a pool slot for good.
     pub fn discard(&mut self) {
-        self.conn = None;
+        if let Some(conn) = self.conn.take() {
+            drop(conn.detach());
+        }
+    }
+
+    /// See [`Store::answer_timeout`].
+    pub fn answer_timeout(&self) -> Duration {
+        self.store.answer_timeout
     }
 
     /// After a failed [`begin`](Session::begin): drops the connection and says whether one
@@ -160,7 +181,7 @@ impl Session {
     /// proxy's idle timeout), and the pool's idle connections with it: the session takes the
     /// first pooled connection that answers a ping, closing the dead ones it meets.
     pub async fn recover(&mut self) -> bool {
-        self.conn = None;
+        self.discard();
         let kept = std::mem::take(&mut self.kept);
         match &self.store.pool {
             Pool::Pg(target) if target.is_multi_host() => {
@@ -173,10 +194,13 @@ impl Session {
                     let Ok(mut conn) = target.acquire().await else {
                         return false;
                     };
-                    if sqlx::Connection::ping(&mut *conn).await.is_ok() {
+                    let ping = sqlx::Connection::ping(&mut *conn);
+                    if let Ok(Ok(())) = tokio::time::timeout(PING_TIMEOUT, ping).await {
                         self.conn = Some(conn);
                         return true;
                     }
+                    // Detached, not returned: the pool's own ping on return would hang on a
+                    // half-open connection.
                     drop(conn.detach());
                 }
                 false
@@ -245,7 +269,19 @@ impl Store {
                 )));
             }
         };
-        Ok(Self { pool })
+        Ok(Self {
+            pool,
+            answer_timeout: opts.statement_timeout + opts.answer_margin,
+        })
+    }
+
+    /// How long an attempt waits for any one answer from the database. A live server answers
+    /// or cancels every statement by `statement_timeout`, so silence past this (plus the
+    /// margin, for the network) means the server or the path to it is gone: a node lost
+    /// without a TCP reset leaves a half-open connection that would otherwise hold a worker,
+    /// and a run told to stop, forever.
+    pub fn answer_timeout(&self) -> Duration {
+        self.answer_timeout
     }
 
     /// The dialect.
@@ -300,11 +336,20 @@ impl Store {
         }
     }
 
-    /// Closes the pool, waiting for connections to be returned.
+    /// Closes the pool, waiting for connections to be returned, but not for long: sqlx pings a
+    /// connection as it returns, and on a half-open one that ping never ends. A command must
+    /// still write its summary and exit; the process's exit closes whatever is left.
     pub async fn close(&self) {
-        match &self.pool {
-            Pool::Pg(p) => p.pool().close().await,
-            Pool::Lite(p) => p.close().await,
+        let close = async {
+            match &self.pool {
+                Pool::Pg(p) => p.pool().close().await,
+                Pool::Lite(p) => p.close().await,
+            }
+        };
+        if tokio::time::timeout(CLOSE_TIMEOUT, close).await.is_err() {
+            tracing::warn!(
+                "a database connection did not close within {CLOSE_TIMEOUT:?}; leaving it to the exit"
+            );
         }
     }
 }

@@ -101,11 +101,32 @@ impl Store {
         }
     }
 
-    /// A page of pending projects after a cursor.
+    /// A page of pending projects after a cursor, within the answer timeout (a silent
+    /// connection is closed, not returned to the pool).
     pub async fn pending_page(&self, after: &str, limit: u32) -> Result<Vec<String>, StoreError> {
-        let mut a = self.begin().await?;
-        let page = a.pending_page(after, limit).await?;
-        a.rollback().await?;
-        Ok(page)
+        let mut session = self.session();
+        let page = tokio::time::timeout(self.answer_timeout(), async {
+            let mut recovered = false;
+            loop {
+                // As an attempt does: with several hosts, a failed BEGIN follows the primary.
+                let error = match session.begin().await {
+                    Ok(mut a) => {
+                        let page = a.pending_page(after, limit).await?;
+                        a.rollback().await?;
+                        return Ok(page);
+                    }
+                    Err(e) => e,
+                };
+                if recovered || !session.recover().await {
+                    return Err(error);
+                }
+                recovered = true;
+            }
+        })
+        .await;
+        page.unwrap_or_else(|_| {
+            session.discard();
+            Err(StoreError::NoAnswer(self.answer_timeout()))
+        })
     }
 }
