@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::planner::{ActiveHead, Snapshot, SnapshotBuilder, StoredLength};
 use crate::rejection::Rejection;
 use crate::report::{Outcome, Unresolved};
-use crate::store::{Attempt, ObservedHead, Replay, Session, StoreError};
+use crate::store::{Attempt, ObservedHead, Replay, Session, StoreError, answered};
 
 use super::budget::MemoryBudget;
 
@@ -59,16 +59,6 @@ pub async fn attempt(session: &mut Session, budget: &MemoryBudget, project_id: &
         session.discard();
     }
     step
-}
-
-/// Awaits one database step, or gives up with [`StoreError::NoAnswer`] after `limit`.
-async fn answered<T>(
-    limit: Duration,
-    step: impl Future<Output = Result<T, StoreError>>,
-) -> Result<T, StoreError> {
-    tokio::time::timeout(limit, step)
-        .await
-        .unwrap_or(Err(StoreError::NoAnswer(limit)))
 }
 
 fn heads(observed: &[ObservedHead]) -> Vec<ActiveHead> {
@@ -123,7 +113,7 @@ async fn attempt_in(
     a: &mut Attempt<'_>,
     budget: &MemoryBudget,
     project_id: &str,
-    limit: Duration,
+    limit: Option<Duration>,
 ) -> Result<(Step, bool), StoreError> {
     let opening = answered(limit, a.open(project_id)).await?;
     if !opening.claimed {
@@ -239,7 +229,7 @@ async fn build(
     budget: &MemoryBudget,
     mut builder: SnapshotBuilder,
     lengths: &HashMap<String, StoredLength>,
-    limit: Duration,
+    limit: Option<Duration>,
 ) -> Result<Result<Snapshot, Rejection>, StoreError> {
     if let Err(r) = builder.check_project() {
         return Ok(Err(r));

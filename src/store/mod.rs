@@ -98,7 +98,7 @@ enum Pool {
 #[derive(Clone, Debug)]
 pub struct Store {
     pool: Pool,
-    answer_timeout: Duration,
+    answer_timeout: Option<Duration>,
 }
 
 /// One live head as an observation sees it: the head with its generation's columns, and the
@@ -113,6 +113,20 @@ pub struct ObservedHead {
 
 fn millis(d: Duration) -> String {
     format!("{}ms", d.as_millis())
+}
+
+/// Awaits one database step, or gives up with [`StoreError::NoAnswer`] after `limit` (see
+/// [`Store::answer_timeout`]).
+pub async fn answered<T>(
+    limit: Option<Duration>,
+    step: impl Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    match limit {
+        Some(limit) => tokio::time::timeout(limit, step)
+            .await
+            .unwrap_or(Err(StoreError::NoAnswer(limit))),
+        None => step.await,
+    }
 }
 
 /// How long [`Store::close`] waits for the pool's connections.
@@ -170,7 +184,7 @@ impl Session {
     }
 
     /// See [`Store::answer_timeout`].
-    pub fn answer_timeout(&self) -> Duration {
+    pub fn answer_timeout(&self) -> Option<Duration> {
         self.store.answer_timeout
     }
 
@@ -269,18 +283,24 @@ impl Store {
                 )));
             }
         };
+        let answer_timeout = match pool {
+            Pool::Pg(_) => Some(opts.statement_timeout + opts.answer_margin),
+            // In-process: no network to fall silent, and waiting for the one connection while
+            // another worker builds a large project is normal.
+            Pool::Lite(_) => None,
+        };
         Ok(Self {
             pool,
-            answer_timeout: opts.statement_timeout + opts.answer_margin,
+            answer_timeout,
         })
     }
 
-    /// How long an attempt waits for any one answer from the database. A live server answers
-    /// or cancels every statement by `statement_timeout`, so silence past this (plus the
-    /// margin, for the network) means the server or the path to it is gone: a node lost
-    /// without a TCP reset leaves a half-open connection that would otherwise hold a worker,
-    /// and a run told to stop, forever.
-    pub fn answer_timeout(&self) -> Duration {
+    /// How long an attempt waits for any one answer from PostgreSQL (`None` for SQLite). A
+    /// live server answers or cancels every statement by `statement_timeout`, so silence past
+    /// this (plus the margin, for the network) means the server or the path to it is gone: a
+    /// node lost without a TCP reset leaves a half-open connection that would otherwise hold a
+    /// worker, and a run told to stop, forever.
+    pub fn answer_timeout(&self) -> Option<Duration> {
         self.answer_timeout
     }
 

@@ -105,7 +105,7 @@ impl Store {
     /// connection is closed, not returned to the pool).
     pub async fn pending_page(&self, after: &str, limit: u32) -> Result<Vec<String>, StoreError> {
         let mut session = self.session();
-        let page = tokio::time::timeout(self.answer_timeout(), async {
+        let page = super::answered(self.answer_timeout(), async {
             let mut recovered = false;
             loop {
                 // As an attempt does: with several hosts, a failed BEGIN follows the primary.
@@ -124,9 +124,9 @@ impl Store {
             }
         })
         .await;
-        page.unwrap_or_else(|_| {
+        if matches!(page, Err(StoreError::NoAnswer(_))) {
             session.discard();
-            Err(StoreError::NoAnswer(self.answer_timeout()))
-        })
+        }
+        page
     }
 }
