@@ -307,3 +307,59 @@ async fn run_follows_the_new_primary_mid_run() {
     .await
     .expect("timed out");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_is_reported_published_before_the_standby_has_it() {
+    use package_executor::coordinator::{MemoryBudget, RunSettings, Step, attempt};
+    use package_executor::report::Unresolved;
+    use package_executor::store::ConnectOptions;
+    tokio::time::timeout(Duration::from_secs(300), async {
+        let pair = Pair::start("unreplicated");
+        pair.prepare(br#"{"schema":"package-executor/fixture@v1","projects":[]}"#)
+            .await;
+        pair.standby.stop("fast");
+        // While the standby is away a COMMIT waits for it (statement_timeout does not apply to
+        // that wait): the attempt gives up after the answer timeout instead of hanging, and
+        // reports nothing as published.
+        let opts = ConnectOptions {
+            statement_timeout: Duration::from_secs(1),
+            answer_margin: Duration::from_secs(2),
+            ..ConnectOptions::new(pair.primary.url("ha"))
+        };
+        let store = package_executor::store::Store::connect(&opts)
+            .await
+            .unwrap();
+        let budget = MemoryBudget::new(RunSettings::default().memory_budget);
+        let mut session = store.session();
+        let step = attempt(&mut session, &budget, "demo-1").await;
+        match &step {
+            Step::Retry(Unresolved::Database, detail) => {
+                assert!(detail.contains("no answer from the database"), "{detail}")
+            }
+            other => panic!("expected the commit to go unanswered, got {other:?}"),
+        }
+        let direct = connect(&pair.primary.url("ha")).await;
+        assert_eq!(current_digest(&direct, "demo-1").await, None);
+        // Once the standby is back, the held commit completes and the project converges.
+        pair.standby.start();
+        pair.wait_sync().await;
+        let out = exe(&pair.primary.url("ha"))
+            .args(["run", "--json"])
+            .output()
+            .await
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(current_digest(&direct, "demo-1").await.is_some());
+        drop(session);
+        store.close().await;
+        direct.close().await;
+        pair.standby.stop("fast");
+    })
+    .await
+    .expect("timed out");
+}
