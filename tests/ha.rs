@@ -322,8 +322,8 @@ async fn nothing_is_reported_published_before_the_standby_has_it() {
         // that wait): the attempt gives up after the answer timeout instead of hanging, and
         // reports nothing as published.
         let opts = ConnectOptions {
-            statement_timeout: Duration::from_secs(1),
-            answer_margin: Duration::from_secs(2),
+            statement_timeout: Duration::from_secs(5),
+            answer_margin: Duration::from_secs(5),
             ..ConnectOptions::new(pair.primary.url("ha"))
         };
         let store = package_executor::store::Store::connect(&opts)
