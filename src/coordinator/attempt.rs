@@ -20,45 +20,15 @@ pub enum Step {
     Retry(Unresolved, String),
 }
 
-/// Runs one attempt on a worker's session; database errors become a retryable step, and the
-/// session's connection is dropped so that the next attempt starts on a fresh one. A failed
-/// `BEGIN` is tried once more at once when [`Session::recover`] says the cause was not this
-/// attempt's (a kept connection that died while idle, a primary that moved). Every wait for
-/// the database is bounded by [`Session::answer_timeout`].
+/// Runs one attempt on a worker's session, in one transaction (see [`Session::transaction`]);
+/// database errors become a retryable step. Every wait for the database is bounded by
+/// [`Session::answer_timeout`].
 pub async fn attempt(session: &mut Session, budget: &MemoryBudget, project_id: &str) -> Step {
     let limit = session.answer_timeout();
-    let mut recovered = false;
-    let step = loop {
-        let error = match answered(limit, session.begin()).await {
-            Ok(mut a) => {
-                let step = attempt_in(&mut a, budget, project_id, limit).await;
-                let finished = match &step {
-                    Ok((_, true)) => answered(limit, a.commit()).await,
-                    // A connection that stopped answering is given up, not rolled back: the
-                    // server rolls back when it notices, and the session discards it below.
-                    Err(StoreError::NoAnswer(_)) => Ok(()),
-                    _ => answered(limit, a.rollback()).await,
-                };
-                break match (step, finished) {
-                    (Ok((step, _)), Ok(())) => step,
-                    // A failed commit leaves nothing behind (the transaction is atomic): retry.
-                    (Ok(_), Err(e)) | (Err(e), _) => {
-                        Step::Retry(Unresolved::Database, e.to_string())
-                    }
-                };
-            }
-            Err(e) => e,
-        };
-        // Each wait inside `recover` is bounded (the pool's acquire timeout, a ping timeout).
-        if recovered || !session.recover().await {
-            break Step::Retry(Unresolved::Database, error.to_string());
-        }
-        recovered = true;
-    };
-    if matches!(step, Step::Retry(Unresolved::Database, _)) {
-        session.discard();
-    }
-    step
+    session
+        .transaction(async |a| attempt_in(a, budget, project_id, limit).await)
+        .await
+        .unwrap_or_else(|e| Step::Retry(Unresolved::Database, e.to_string()))
 }
 
 fn heads(observed: &[ObservedHead]) -> Vec<ActiveHead> {

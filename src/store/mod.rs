@@ -132,7 +132,7 @@ pub async fn answered<T>(
 /// How long [`Store::close`] waits for the pool's connections.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How long [`Session::recover`] waits for a pooled connection to answer a ping: a live server
+/// How long `Session::recover` waits for a pooled connection to answer a ping: a live server
 /// answers one at once, and a connection that does not is simply replaced.
 const PING_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -143,9 +143,9 @@ const BEGIN: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
 ///
 /// Checking a connection out of the pool and back in costs sqlx a round trip (a ping on
 /// release), which is a tenth of an attempt's round trips; a worker therefore keeps its
-/// PostgreSQL connection, and still runs each attempt in a transaction of its own. After a
-/// database error the worker [`discard`](Session::discard)s it, so the next attempt starts on a
-/// fresh connection (or, with several hosts, on the new primary). SQLite has one connection
+/// PostgreSQL connection, and still runs each attempt in a transaction of its own
+/// ([`Session::transaction`]). After a database error the session closes it, so the next
+/// attempt starts on a fresh connection (or, with several hosts, on the new primary). SQLite has one connection
 /// per process, shared by all workers, so there every attempt checks it out.
 #[derive(Debug)]
 pub struct Session {
@@ -157,7 +157,7 @@ pub struct Session {
 
 impl Session {
     /// Starts an attempt: one READ COMMITTED transaction on this session's connection.
-    pub async fn begin(&mut self) -> Result<Attempt<'_>, StoreError> {
+    async fn begin(&mut self) -> Result<Attempt<'_>, StoreError> {
         match &self.store.pool {
             Pool::Pg(target) => {
                 self.kept = self.conn.is_some();
@@ -177,7 +177,7 @@ impl Session {
     /// Closes the connection (after a database error); the next attempt takes a fresh one.
     /// It is detached from the pool rather than returned: sqlx pings a returned connection,
     /// which on a half-open one would hold a pool slot for good.
-    pub fn discard(&mut self) {
+    fn discard(&mut self) {
         if let Some(conn) = self.conn.take() {
             drop(conn.detach());
         }
@@ -188,13 +188,56 @@ impl Session {
         self.store.answer_timeout
     }
 
+    /// Runs `body` in one transaction on this session's connection: it commits when `body`
+    /// returns `Ok((_, true))` and rolls back otherwise. `BEGIN`, `COMMIT` and `ROLLBACK` are
+    /// bounded by the answer timeout (`body` bounds its own steps). A failed `BEGIN` is tried
+    /// once more at once when the cause was not this transaction's: a kept connection that
+    /// died while idle, or (with several hosts) a primary that moved. After any error the
+    /// connection is closed, so the next transaction starts on a fresh one.
+    pub async fn transaction<T>(
+        &mut self,
+        body: impl AsyncFnOnce(&mut Attempt<'_>) -> Result<(T, bool), StoreError>,
+    ) -> Result<T, StoreError> {
+        let limit = self.answer_timeout();
+        let mut recovered = false;
+        let mut a = loop {
+            let error = match answered(limit, self.begin()).await {
+                Ok(a) => break a,
+                Err(e) => e,
+            };
+            // Each wait inside `recover` is bounded (the pool's acquire timeout, a ping timeout).
+            if recovered || !self.recover().await {
+                self.discard();
+                return Err(error);
+            }
+            recovered = true;
+        };
+        let result = body(&mut a).await;
+        let finished = match &result {
+            Ok((_, true)) => answered(limit, a.commit()).await,
+            // A connection that stopped answering is given up, not rolled back: the server rolls
+            // back when it notices, and the connection is closed below.
+            Err(StoreError::NoAnswer(_)) => {
+                drop(a);
+                Ok(())
+            }
+            _ => answered(limit, a.rollback()).await,
+        };
+        // A failed commit leaves nothing behind (the transaction is atomic).
+        let outcome = result.and_then(|(value, _)| finished.map(|()| value));
+        if outcome.is_err() {
+            self.discard();
+        }
+        outcome
+    }
+
     /// After a failed [`begin`](Session::begin): drops the connection and says whether one
     /// more `begin` is worth trying at once, so that an event no attempt caused does not cost
     /// one. With several hosts the primary can have moved: the pool follows it first (as
     /// [`Store::begin`] does). A kept connection can have died while idle (a server restart, a
     /// proxy's idle timeout), and the pool's idle connections with it: the session takes the
     /// first pooled connection that answers a ping, closing the dead ones it meets.
-    pub async fn recover(&mut self) -> bool {
+    async fn recover(&mut self) -> bool {
         self.discard();
         let kept = std::mem::take(&mut self.kept);
         match &self.store.pool {

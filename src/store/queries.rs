@@ -101,32 +101,18 @@ impl Store {
         }
     }
 
-    /// A page of pending projects after a cursor, within the answer timeout (a silent
-    /// connection is closed, not returned to the pool).
+    /// A page of pending projects after a cursor, in a transaction of its own (read only,
+    /// rolled back), within the answer timeout.
     pub async fn pending_page(&self, after: &str, limit: u32) -> Result<Vec<String>, StoreError> {
         let mut session = self.session();
-        let page = super::answered(self.answer_timeout(), async {
-            let mut recovered = false;
-            loop {
-                // As an attempt does: with several hosts, a failed BEGIN follows the primary.
-                let error = match session.begin().await {
-                    Ok(mut a) => {
-                        let page = a.pending_page(after, limit).await?;
-                        a.rollback().await?;
-                        return Ok(page);
-                    }
-                    Err(e) => e,
-                };
-                if recovered || !session.recover().await {
-                    return Err(error);
-                }
-                recovered = true;
-            }
-        })
-        .await;
-        if matches!(page, Err(StoreError::NoAnswer(_))) {
-            session.discard();
-        }
-        page
+        let bound = session.answer_timeout();
+        session
+            .transaction(async |a| {
+                Ok((
+                    super::answered(bound, a.pending_page(after, limit)).await?,
+                    false,
+                ))
+            })
+            .await
     }
 }
