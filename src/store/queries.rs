@@ -86,18 +86,19 @@ impl Store {
         Ok(found)
     }
 
-    /// Whether the database answers within `timeout` (a fresh transaction, rolled back).
+    /// Whether the database answers within `timeout` (a fresh transaction, rolled back; a
+    /// connection that stays silent is closed, not returned to the pool).
     pub async fn ping(&self, timeout: std::time::Duration) -> Result<(), StoreError> {
-        let check = async {
-            let mut a = self.begin().await?;
-            a.project_exists("").await?;
-            a.rollback().await
-        };
+        let mut session = self.session();
+        let check = session.transaction(async |a| Ok((a.project_exists("").await?, false)));
         match tokio::time::timeout(timeout, check).await {
-            Ok(result) => result,
-            Err(_) => Err(StoreError::Unavailable(format!(
-                "no answer within {timeout:?}"
-            ))),
+            Ok(result) => result.map(|_| ()),
+            Err(_) => {
+                session.discard();
+                Err(StoreError::Unavailable(format!(
+                    "no answer within {timeout:?}"
+                )))
+            }
         }
     }
 
