@@ -121,6 +121,18 @@ fn vector_digest_sorted(project_id: &str, sorted: &[ActiveHead]) -> Digest {
     sink.finish().0
 }
 
+/// `definitionDigest`: SHA-256 of the canonical `{"definitions":DEFS,"schema":…}`, where
+/// `definitions` writes DEFS (already canonical) into the hash, so no copy of them is made.
+pub fn definition_digest(definitions: impl FnOnce(&mut HashSink)) -> Digest {
+    let mut set = HashSink::default();
+    set.put(b"{\"definitions\":");
+    definitions(&mut set);
+    set.put(b",\"schema\":");
+    canonical::write_string(DEFINITIONS_SCHEMA, &mut set);
+    set.put(b"}");
+    set.finish().0
+}
+
 /// A definition with the package it came from.
 #[derive(Debug)]
 struct Entry {
@@ -403,13 +415,7 @@ impl SnapshotBuilder {
             e.def.body = None;
         }
         definitions.put(b"]");
-        let mut set = HashSink::default();
-        set.put(b"{\"definitions\":");
-        set.put(&definitions);
-        set.put(b",\"schema\":");
-        canonical::write_string(DEFINITIONS_SCHEMA, &mut set);
-        set.put(b"}");
-        let definition_digest = set.finish().0;
+        let definition_digest = definition_digest(|set| set.put(&definitions));
 
         let mut doc = Vec::with_capacity(definitions.len() + 256 * self.heads.len() + 512);
         doc.put(b"{\"activeVector\":");

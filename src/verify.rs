@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use crate::canonical::{self, Sink as _};
+use crate::canonical;
 use crate::model::Digest;
 use crate::planner::{self, ActiveHead};
 use crate::store::StoredSnapshot;
@@ -83,16 +83,9 @@ pub fn problems(s: &StoredSnapshot) -> Vec<String> {
             ));
         }
     }
-    // {"definitions": …, "schema": …}, hashed as written (members in canonical order), so the
-    // document's definitions are not copied.
     let definitions = doc.get("definitions").unwrap_or(&Value::Null);
-    let mut set = canonical::HashSink::default();
-    set.put(b"{\"definitions\":");
-    canonical::write_value(definitions, &mut set);
-    set.put(b",\"schema\":");
-    canonical::write_string(planner::DEFINITIONS_SCHEMA, &mut set);
-    set.put(b"}");
-    let definition_digest = set.finish().0;
+    let definition_digest =
+        planner::definition_digest(|set| canonical::write_value(definitions, set));
     for (what, value) in [
         ("document definitionDigest", text(&doc, "definitionDigest")),
         ("column definition_digest", s.definition_digest.clone()),
