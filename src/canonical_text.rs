@@ -144,7 +144,6 @@ impl Canon<'_> {
         }
     }
 
-    /// Writes a string (the cursor is on its opening quote); returns whether it needed decoding.
     /// Writes a string (the cursor is on its opening quote). Returns whether it had escapes and,
     /// when `want_high`, whether it holds a byte >= 0xF0 (a supplementary character).
     fn string(&mut self, want_high: bool) -> Result<(bool, bool), JsonError> {

@@ -196,8 +196,8 @@ fn lazy_pool(opts: PgConnectOptions, max_connections: u32, acquire_timeout: Dura
     PgPoolOptions::new()
         .max_connections(max_connections)
         // No ping before each attempt (a round trip per project): a connection that died while
-        // idle fails its BEGIN, a transient error the attempt retries, and sqlx drops the
-        // broken connection when it is released.
+        // idle fails its BEGIN, and the session then closes it and takes one that answers
+        // (see Session::transaction).
         .test_before_acquire(false)
         .acquire_timeout(acquire_timeout)
         .connect_lazy_with(opts)

@@ -93,7 +93,7 @@ pub fn digest_of(o: &Outcome) -> String {
         .to_owned()
 }
 
-/// The SQL that counts snapshot rows whose source rows are not all there.
+/// How many snapshot rows lack some of their source rows.
 pub async fn partial_snapshots(store: &Store) -> i64 {
     scalar(
         store,
