@@ -6,7 +6,7 @@ use sqlx::{AssertSqlSafe, Postgres, Row, Sqlite, Transaction};
 use super::queries::{CurrentSnapshot, NewestSnapshot, StoredSnapshot};
 use super::sql::{self, for_dialect};
 use super::{Dialect, ObservedHead, StoreError};
-use crate::planner::{ActiveHead, Snapshot, StoredLength};
+use crate::planner::{ActiveHead, Snapshot};
 use crate::rejection::Rejection;
 
 /// An open transaction on one connection.
@@ -133,49 +133,8 @@ impl Attempt<'_> {
                 .bind(project_id)
                 .fetch_all(c)
                 .await?;
-            let mut heads = Vec::with_capacity(rows.len());
-            for r in rows {
-                heads.push(ObservedHead {
-                    head: ActiveHead {
-                        package_name: r.try_get("package_name")?,
-                        installation_id: r.try_get("installation_id")?,
-                        generation: r.try_get("active_generation")?,
-                        generation_digest: r.try_get::<Option<String>, _>("generation_digest")?.unwrap_or_default(),
-                        lock_digest: r.try_get::<Option<String>, _>("lock_digest")?.unwrap_or_default(),
-                        revision_digest: r.try_get::<Option<String>, _>("revision_digest")?.unwrap_or_default(),
-                        approved_permissions: r.try_get::<Option<String>, _>("approved_permissions")?.unwrap_or_default(),
-                    },
-                    status: r.try_get("status")?,
-                });
-            }
-            Ok(heads)
+            rows.iter().map(head_of).collect()
         })
-    }
-
-    /// The lengths of the given revisions (absent ones are missing from the map), in one query
-    /// that never reads their bytes.
-    pub async fn revision_lengths(
-        &mut self,
-        revision_digests: &[String],
-    ) -> Result<std::collections::HashMap<String, StoredLength>, StoreError> {
-        let rows = match self {
-            Attempt::Pg(tx) => {
-                let rows = sqlx::query(sql::REVISION_LENGTHS_PG)
-                    .bind(revision_digests)
-                    .fetch_all(&mut **tx)
-                    .await?;
-                lengths_from(&rows)?
-            }
-            Attempt::Lite(tx) => {
-                let list = serde_json::to_string(revision_digests).unwrap_or_else(|_| "[]".into());
-                let rows = sqlx::query(sql::REVISION_LENGTHS_SQLITE)
-                    .bind(list)
-                    .fetch_all(&mut **tx)
-                    .await?;
-                lengths_from(&rows)?
-            }
-        };
-        Ok(rows)
     }
 
     /// One revision's bytes, fetched alone by a query of its own (`None` when absent or over
@@ -365,25 +324,28 @@ impl Attempt<'_> {
     }
 }
 
-fn lengths_from<R: Row>(
-    rows: &[R],
-) -> Result<std::collections::HashMap<String, StoredLength>, StoreError>
+/// One head of an observation row (`OBSERVE_HEADS` and the queries built on it).
+pub(super) fn head_of<R: Row>(r: &R) -> Result<ObservedHead, StoreError>
 where
     for<'r> i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
     for<'r> String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
     for<'r> &'r str: sqlx::ColumnIndex<R>,
 {
-    rows.iter()
-        .map(|r| {
-            Ok((
-                r.try_get("revision_digest")?,
-                StoredLength {
-                    byte_length: r.try_get("byte_length")?,
-                    actual_length: r.try_get("actual_length")?,
-                },
-            ))
-        })
-        .collect()
+    let text = |column: &str| -> Result<String, StoreError> {
+        Ok(r.try_get::<Option<String>, _>(column)?.unwrap_or_default())
+    };
+    Ok(ObservedHead {
+        head: ActiveHead {
+            package_name: r.try_get("package_name")?,
+            installation_id: r.try_get("installation_id")?,
+            generation: r.try_get("active_generation")?,
+            generation_digest: text("generation_digest")?,
+            lock_digest: text("lock_digest")?,
+            revision_digest: text("revision_digest")?,
+            approved_permissions: text("approved_permissions")?,
+        },
+        status: r.try_get("status")?,
+    })
 }
 
 fn insert_sources_sql(d: Dialect, rows: usize) -> String {

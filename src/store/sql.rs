@@ -32,9 +32,9 @@ pub fn for_dialect(dialect: Dialect, query: &'static str) -> &'static str {
 
 /// Live heads of project `$1` joined to their generations, in vector order; at most 129 rows,
 /// which is all `too-many-packages` needs. `$columns`, `$join` and `$gate` add selected
-/// columns, joins and conditions for the combined PostgreSQL steps.
+/// columns, joins and conditions for the combined steps of an attempt.
 macro_rules! heads_query {
-    ($columns:literal, $join:literal, $gate:literal) => {
+    ($columns:expr, $join:expr, $gate:expr) => {
         concat!(
             "
 SELECT i.package_name, i.installation_id, i.active_generation, g.status,
@@ -58,19 +58,32 @@ LIMIT 129"
 /// One observation (the first and second, and `explain`'s).
 pub const OBSERVE_HEADS: &str = heads_query!("", "", "");
 
-/// The lengths of several revisions at once (never their bytes), PostgreSQL.
-pub const REVISION_LENGTHS_PG: &str = "
-SELECT r.revision_digest, CAST(r.byte_length AS BIGINT) AS byte_length,
-       CAST(octet_length(r.content) AS BIGINT) AS actual_length
-FROM ql3.materialized_revisions AS r
-WHERE r.revision_digest = ANY($1)";
+/// `heads_query!` columns for each head's revision: its stored `byte_length` and the actual
+/// length of its content (by the dialect's `$length` function), never its bytes (NULL when
+/// the revision row is missing).
+macro_rules! length_columns {
+    ($length:expr) => {
+        concat!(
+            ",
+       r.byte_length, CAST(",
+            $length,
+            "(r.content) AS BIGINT) AS actual_length"
+        )
+    };
+}
 
-/// The lengths of several revisions at once (never their bytes), SQLite: `$1` is a JSON array.
-pub const REVISION_LENGTHS_SQLITE: &str = "
-SELECT r.revision_digest, CAST(r.byte_length AS BIGINT) AS byte_length,
-       CAST(length(r.content) AS BIGINT) AS actual_length
-FROM materialized_revisions AS r
-WHERE r.revision_digest IN (SELECT value FROM json_each($1))";
+/// The `heads_query!` join that [`length_columns!`] reads.
+macro_rules! length_join {
+    () => {
+        "
+  LEFT JOIN ql3.materialized_revisions AS r ON r.revision_digest = g.revision_digest"
+    };
+}
+
+/// The first observation with each head's revision lengths (SQLite's open step; PostgreSQL's
+/// is part of [`OPEN_PG`]).
+pub const OBSERVE_WITH_LENGTHS: &str =
+    heads_query!(length_columns!("LENGTH_FN"), length_join!(), "");
 
 /// One revision's bytes, alone, and never more than the 24 MiB limit.
 pub const REVISION_CONTENT: &str = "
@@ -234,7 +247,7 @@ LIMIT $2"
 /// columns. One aggregate pass fills every array, so they stay aligned; the reader sorts the
 /// heads into vector order (an `ORDER BY` per `array_agg` would cost a sort each).
 macro_rules! live_heads {
-    ($columns:literal, $arrays:literal, $join:literal, $gate:literal) => {
+    ($columns:expr, $arrays:expr, $join:expr, $gate:expr) => {
         concat!(
             "
   SELECT coalesce(array_agg(o.package_name), '{}') AS package_names,
@@ -273,13 +286,11 @@ SELECT c.claimed,
 FROM c
 CROSS JOIN LATERAL (",
     live_heads!(
-        ",
-               r.byte_length, CAST(octet_length(r.content) AS BIGINT) AS actual_length",
+        length_columns!("octet_length"),
         ",
          coalesce(array_agg(o.byte_length), '{}') AS byte_lengths,
          coalesce(array_agg(o.actual_length), '{}') AS actual_lengths",
-        "
-        LEFT JOIN ql3.materialized_revisions AS r ON r.revision_digest = g.revision_digest",
+        length_join!(),
         " AND c.claimed"
     ),
     "

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 
 use sqlx::Row;
 
-use super::attempt::{CLAIM_CLASS, claim_key};
+use super::attempt::{CLAIM_CLASS, claim_key, head_of};
 use super::sql;
 use super::{Attempt, ObservedHead, RecordedRejection, StoreError};
 use crate::planner::{ActiveHead, Snapshot, StoredLength};
@@ -75,20 +75,11 @@ impl Attempt<'_> {
                 // Aligned with the heads; NULL where the revision row is missing.
                 let byte_lengths: Vec<Option<i64>> = row.try_get("byte_lengths")?;
                 let actual_lengths: Vec<Option<i64>> = row.try_get("actual_lengths")?;
-                let lengths = heads
-                    .iter()
-                    .zip(byte_lengths.into_iter().zip(actual_lengths))
-                    .filter_map(|(h, lengths)| match lengths {
-                        (Some(byte_length), Some(actual_length)) => Some((
-                            h.head.revision_digest.clone(),
-                            StoredLength {
-                                byte_length,
-                                actual_length,
-                            },
-                        )),
-                        _ => None,
-                    })
-                    .collect();
+                let lengths = stored_lengths(
+                    heads
+                        .iter()
+                        .zip(byte_lengths.into_iter().zip(actual_lengths)),
+                );
                 let vectors: Vec<String> = row.try_get("rejected_vectors")?;
                 let reasons: Vec<String> = row.try_get("rejected_reasons")?;
                 let details: Vec<String> = row.try_get("rejected_details")?;
@@ -114,12 +105,7 @@ impl Attempt<'_> {
                         ..Opening::default()
                     });
                 }
-                let heads = self.observe(project_id).await?;
-                let digests: Vec<String> = heads
-                    .iter()
-                    .map(|h| h.head.revision_digest.clone())
-                    .collect();
-                let lengths = self.revision_lengths(&digests).await?;
+                let (heads, lengths) = self.observe_with_lengths(project_id).await?;
                 let rejections = self.project_rejections(project_id).await?;
                 Ok(Opening {
                     claimed: true,
@@ -130,6 +116,27 @@ impl Attempt<'_> {
                 })
             }
         }
+    }
+
+    /// The first observation with the stored lengths of the heads' revisions (never their
+    /// bytes), in one query.
+    async fn observe_with_lengths(
+        &mut self,
+        project_id: &str,
+    ) -> Result<(Vec<ObservedHead>, HashMap<String, StoredLength>), StoreError> {
+        super::on_conn!(self, c, d => {
+            let rows = sqlx::query(sql::for_dialect(d, sql::OBSERVE_WITH_LENGTHS))
+                .bind(project_id)
+                .fetch_all(c)
+                .await?;
+            let heads = rows.iter().map(head_of).collect::<Result<Vec<_>, _>>()?;
+            let lengths = rows
+                .iter()
+                .map(|r| Ok((r.try_get("byte_length")?, r.try_get("actual_length")?)))
+                .collect::<Result<Vec<Lengths>, StoreError>>()?;
+            let lengths = stored_lengths(heads.iter().zip(lengths));
+            Ok((heads, lengths))
+        })
     }
 
     /// Every rejection recorded for a project, by active vector digest.
@@ -218,6 +225,28 @@ impl Attempt<'_> {
             }
         })
     }
+}
+
+/// A revision's stored `byte_length` and the actual length of its content, as an observation
+/// reads them (`None` when the revision row is missing).
+type Lengths = (Option<i64>, Option<i64>);
+
+/// The stored lengths by revision digest, for the heads whose revision row exists.
+fn stored_lengths<'h>(
+    heads: impl Iterator<Item = (&'h ObservedHead, Lengths)>,
+) -> HashMap<String, StoredLength> {
+    heads
+        .filter_map(|(h, lengths)| match lengths {
+            (Some(byte_length), Some(actual_length)) => Some((
+                h.head.revision_digest.clone(),
+                StoredLength {
+                    byte_length,
+                    actual_length,
+                },
+            )),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The heads of an `OPEN_PG` or `APPEND_PG` row, which come as parallel arrays.
