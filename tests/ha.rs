@@ -170,13 +170,7 @@ async fn snapshots_survive_failover_with_identical_digests() {
         let pair = Pair::start("survive");
         pair.prepare(&fixtures::every_rejection()).await;
         let url = pair.multi_host_url("ha");
-        let out = exe(&url).args(["run", "--json"]).output().await.unwrap();
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        succeeds(exe(&url).args(["run", "--json"])).await;
         let primary = connect(&pair.primary.url("ha")).await;
         let before = rows(&primary).await;
         assert!(
@@ -343,17 +337,7 @@ async fn nothing_is_reported_published_before_the_standby_has_it() {
         // Once the standby is back, the held commit completes and the project converges.
         pair.standby.start();
         pair.wait_sync().await;
-        let out = exe(&pair.primary.url("ha"))
-            .args(["run", "--json"])
-            .output()
-            .await
-            .unwrap();
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        succeeds(exe(&pair.primary.url("ha")).args(["run", "--json"])).await;
         assert!(current_digest(&direct, "demo-1").await.is_some());
         drop(session);
         store.close().await;

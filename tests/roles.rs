@@ -321,17 +321,7 @@ async fn full_run_as_the_executor_login() {
     let admin = connect(&url).await;
     import(&admin, DEMO).await;
     let exec_url = pg::as_login(&url, "login_executor");
-    let out = exe(&exec_url, "5s")
-        .args(["run", "--json"])
-        .output()
-        .await
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = succeeds(exe(&exec_url, "5s").args(["run", "--json"])).await;
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["published"], 3);
     assert_eq!(v["rejected"]["forbidden-field"], 1);
@@ -370,16 +360,6 @@ async fn plain_migrate_names_missing_roles() {
         err.contains("ql3_owner") && err.contains("ql3_api") && err.contains("--create-roles"),
         "{err}"
     );
-    let out = exe(&url, "5s")
-        .args(["migrate", "--create-roles"])
-        .output()
-        .await
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeds(exe(&url, "5s").args(["migrate", "--create-roles"])).await;
     cluster.stop("fast");
 }

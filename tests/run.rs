@@ -477,20 +477,31 @@ async fn sigterm_and_deadline_stop_cleanly_with_a_summary() {
     .await;
 }
 
+/// One attempt of `project` on a worker's session, which must publish (`why` names the step).
+async fn publishes(
+    session: &mut package_executor::store::Session,
+    budget: &package_executor::coordinator::MemoryBudget,
+    project: &str,
+    why: &str,
+) {
+    use package_executor::coordinator::{Step, attempt};
+    let step = attempt(session, budget, project).await;
+    assert!(
+        matches!(step, Step::Done(Outcome::Published { .. })),
+        "{why}: {step:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kept_connection_that_died_while_idle_costs_no_attempt() {
-    use package_executor::coordinator::{MemoryBudget, Step, attempt};
+    use package_executor::coordinator::MemoryBudget;
     within(60, async {
         let url = pg::fresh_db().await;
         let store = connect(&url).await;
         import(&store, DEMO).await;
         let budget = MemoryBudget::new(RunSettings::default().memory_budget);
         let mut session = store.session();
-        let first = attempt(&mut session, &budget, "demo-1").await;
-        assert!(
-            matches!(first, Step::Done(Outcome::Published { .. })),
-            "{first:?}"
-        );
+        publishes(&mut session, &budget, "demo-1", "the first attempt").await;
         // Three idle connections wait in the pool, ahead of the one that ends the others.
         let pool = store.pg_pool().unwrap();
         let mut held = Vec::new();
@@ -510,11 +521,13 @@ async fn a_kept_connection_that_died_while_idle_costs_no_attempt() {
             ended >= 3,
             "the worker's and the pool's idle connections were open"
         );
-        let second = attempt(&mut session, &budget, "demo-2").await;
-        assert!(
-            matches!(second, Step::Done(Outcome::Published { .. })),
-            "the dead connection cost the attempt: {second:?}"
-        );
+        publishes(
+            &mut session,
+            &budget,
+            "demo-2",
+            "the dead connection cost the attempt",
+        )
+        .await;
         drop(session);
         store.close().await;
     })
@@ -589,11 +602,7 @@ async fn a_silent_server_costs_an_attempt_not_a_hung_worker() {
         let store = Store::connect(&opts).await.unwrap();
         let budget = MemoryBudget::new(RunSettings::default().memory_budget);
         let mut session = store.session();
-        let first = attempt(&mut session, &budget, "demo-1").await;
-        assert!(
-            matches!(first, Step::Done(Outcome::Published { .. })),
-            "{first:?}"
-        );
+        publishes(&mut session, &budget, "demo-1", "the first attempt").await;
         // An idle connection waits in the pool too (returned connections become idle once
         // sqlx has pinged them).
         let pool = store.pg_pool().unwrap();
@@ -614,11 +623,7 @@ async fn a_silent_server_costs_an_attempt_not_a_hung_worker() {
         assert_eq!(current_digest(&direct, "demo-2").await, None);
         // Once the path is back, a fresh connection carries on.
         silent.store(false, Ordering::SeqCst);
-        let third = attempt(&mut session, &budget, "demo-2").await;
-        assert!(
-            matches!(third, Step::Done(Outcome::Published { .. })),
-            "{third:?}"
-        );
+        publishes(&mut session, &budget, "demo-2", "once the path is back").await;
         drop(session);
         store.close().await;
         direct.close().await;

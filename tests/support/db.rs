@@ -114,3 +114,15 @@ pub fn exe(url: &str, connect_timeout: &str) -> tokio::process::Command {
         .kill_on_drop(true);
     c
 }
+
+/// Runs the command and asserts it exited 0 (with its stderr as the message); its output.
+pub async fn succeeds(cmd: &mut tokio::process::Command) -> std::process::Output {
+    let out = cmd.output().await.unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
