@@ -3,15 +3,17 @@
 
 mod attempt;
 mod budget;
+mod crew;
+mod lanes;
 mod stop;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use backon::{BackoffBuilder, ExponentialBuilder};
-
 pub use attempt::{Step, attempt, drift};
 pub use budget::{MemoryBudget, Reservation};
+pub use crew::Crew;
+use crew::Queue;
 pub use stop::Stop;
 
 use crate::report::{Outcome, RunSummary, Shard, Unresolved};
@@ -105,18 +107,14 @@ impl Observer for LogObserver {
 
 /// Drives builds through a store.
 pub struct Coordinator<'a> {
-    store: Store,
-    settings: RunSettings,
-    budget: MemoryBudget,
-    stop: Stop,
+    crew: Crew,
     observer: &'a dyn Observer,
-    database_down: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Coordinator<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Coordinator")
-            .field("settings", &self.settings)
+            .field("settings", &self.crew.settings)
             .finish_non_exhaustive()
     }
 }
@@ -138,78 +136,32 @@ impl<'a> Coordinator<'a> {
         stop: Stop,
         observer: &'a dyn Observer,
     ) -> Self {
-        let budget = MemoryBudget::new(settings.memory_budget);
         Self {
-            store,
-            settings,
-            budget,
-            stop,
+            crew: Crew::new(store, settings, stop),
             observer,
-            database_down: std::sync::atomic::AtomicBool::new(false),
         }
-    }
-
-    fn backoff(&self) -> impl Iterator<Item = Duration> {
-        ExponentialBuilder::default()
-            .with_min_delay(self.settings.backoff_min)
-            .with_max_delay(self.settings.backoff_max)
-            .with_jitter()
-            .with_max_times(self.settings.max_attempts.saturating_sub(1) as usize)
-            .build()
     }
 
     /// Builds one project with bounded attempts on a worker's session; `None` when stopped
     /// before starting.
     pub async fn process(&self, session: &mut Session, project_id: &str) -> Option<Outcome> {
-        if self.stop.is_set() {
-            return None;
-        }
-        let mut delays = self.backoff();
-        loop {
-            match attempt(session, &self.budget, project_id).await {
-                Step::Done(o) => return Some(o),
-                Step::Retry(reason, detail) => {
-                    let slept = match delays.next() {
-                        Some(d) => self.stop.sleep(d).await,
-                        None => false,
-                    };
-                    if !slept {
-                        if reason == Unresolved::Database {
-                            self.check_database().await;
-                        }
-                        return Some(Outcome::Unresolved { reason, detail });
-                    }
-                }
-            }
-        }
-    }
-
-    /// After a project ran out of attempts on database errors: if the database no longer answers
-    /// at all, stop taking work (the run then exits 8 with a truthful summary) instead of
-    /// burning every remaining project's attempts against a dead server.
-    async fn check_database(&self) {
-        if let Err(e) = self.store.ping(Duration::from_secs(5)).await {
-            tracing::error!(error = %e, "the database stopped answering: stopping the run");
-            self.database_down
-                .store(true, std::sync::atomic::Ordering::SeqCst);
-            self.stop.trigger();
-        }
+        self.crew.process(session, project_id).await
     }
 
     /// Whether the database was found down during this coordinator's work.
     pub fn database_down(&self) -> bool {
-        self.database_down.load(std::sync::atomic::Ordering::SeqCst)
+        self.crew.database_down()
     }
 
     /// `publish PROJECT`: one project now. An unknown project is an input error.
     pub async fn publish(&self, project_id: &str) -> Result<Outcome, StoreError> {
-        if !self.store.project_exists(project_id).await? {
+        if !self.crew.store.project_exists(project_id).await? {
             return Err(StoreError::Input(format!(
                 "project {project_id} does not exist; check the id or import it first"
             )));
         }
         let outcome = self
-            .process(&mut self.store.session(), project_id)
+            .process(&mut self.crew.store.session(), project_id)
             .await
             .unwrap_or(Outcome::Unresolved {
                 reason: Unresolved::Database,
@@ -220,41 +172,22 @@ impl<'a> Coordinator<'a> {
     }
 
     async fn page(&self, after: &str) -> Result<Vec<String>, StoreError> {
-        let mut delays = self.backoff();
+        let mut delays = self.crew.backoff();
         loop {
             match self
+                .crew
                 .store
-                .pending_page(after, self.settings.page_size)
+                .pending_page(after, self.crew.settings.page_size)
                 .await
             {
                 Ok(p) => return Ok(p),
                 Err(e) if e.is_transient() => match delays.next() {
-                    Some(d) if self.stop.sleep(d).await => {
+                    Some(d) if self.crew.stop.sleep(d).await => {
                         tracing::warn!(error = %e, "pending-project page failed; retrying")
                     }
                     _ => return Err(e),
                 },
                 Err(e) => return Err(e),
-            }
-        }
-    }
-
-    /// One worker: takes projects from the queue until it closes, on a session of its own.
-    async fn worker(
-        &self,
-        queue: &tokio::sync::Mutex<tokio::sync::mpsc::Receiver<String>>,
-        decided: &std::sync::Mutex<Vec<(String, Outcome)>>,
-    ) {
-        let mut session = self.store.session();
-        loop {
-            let next = queue.lock().await.recv().await;
-            let Some(project_id) = next else { return };
-            if let Some(o) = self.process(&mut session, &project_id).await {
-                self.observer.outcome(&project_id, &o);
-                decided
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push((project_id, o));
             }
         }
     }
@@ -272,24 +205,24 @@ impl<'a> Coordinator<'a> {
         count_pages: bool,
     ) -> Result<(bool, usize), StoreError> {
         let (sender, receiver) =
-            tokio::sync::mpsc::channel(self.settings.page_size.max(1) as usize);
-        let queue = tokio::sync::Mutex::new(receiver);
-        let decided = std::sync::Mutex::new(Vec::new());
+            tokio::sync::mpsc::channel(self.crew.settings.page_size.max(1) as usize);
+        let queue: Queue = std::sync::Arc::new(tokio::sync::Mutex::new(receiver));
+        let (report, mut decided) = tokio::sync::mpsc::unbounded_channel();
         let pages = async move {
             let mut cursor = String::new();
             let (mut attempted, mut pages) = (0, 0);
             loop {
-                if self.stop.is_set() {
+                if self.crew.stop.is_set() {
                     return Ok::<_, StoreError>((false, attempted, pages));
                 }
                 let page = self.page(&cursor).await?;
                 pages += 1;
-                let full = page.len() as u32 >= self.settings.page_size;
+                let full = page.len() as u32 >= self.crew.settings.page_size;
                 if let Some(last) = page.last() {
                     cursor.clone_from(last);
                 }
                 for p in page {
-                    if self.settings.shard.owns(&p) && !skip.contains(&p) {
+                    if self.crew.settings.shard.owns(&p) && !skip.contains(&p) {
                         attempted += 1;
                         // Closed only when every worker is gone, which cannot happen first.
                         if sender.send(p).await.is_err() {
@@ -298,31 +231,33 @@ impl<'a> Coordinator<'a> {
                     }
                 }
                 if !full {
-                    return Ok((!self.stop.is_set(), attempted, pages));
+                    return Ok((!self.crew.stop.is_set(), attempted, pages));
                 }
             }
         };
-        let workers = futures::future::join_all(
-            (0..self.settings.concurrency.max(1)).map(|_| self.worker(&queue, &decided)),
-        );
-        let (paged, ()) = futures::future::join(pages, async {
-            workers.await;
-        })
-        .await;
-        for (p, o) in decided.into_inner().unwrap_or_else(|p| p.into_inner()) {
-            outcomes.insert(p, o);
-        }
+        let workers = self.crew.settings.concurrency.max(1);
+        let lanes = lanes::count(&self.crew, workers);
+        let work = async move {
+            lanes::run(&self.crew, workers, lanes, &queue, &report).await;
+        };
+        let collect = async {
+            while let Some((p, o)) = decided.recv().await {
+                self.observer.outcome(&p, &o);
+                outcomes.insert(p, o);
+            }
+        };
+        let (paged, (), ()) = futures::future::join3(pages, work, collect).await;
         let (finished, attempted, pages) = paged?;
         if count_pages {
             summary.pages += pages;
         }
-        Ok((finished && !self.stop.is_set(), attempted))
+        Ok((finished && !self.crew.stop.is_set(), attempted))
     }
 
     /// `run`: every pending project of the shard, then the final probes.
     pub async fn run(&self) -> RunReport {
         let started = Instant::now();
-        let mut summary = RunSummary::new(self.settings.shard);
+        let mut summary = RunSummary::new(self.crew.settings.shard);
         let mut outcomes = BTreeMap::new();
         let mut database_down = false;
         let mut finished = match self
@@ -337,7 +272,7 @@ impl<'a> Coordinator<'a> {
             }
         };
         let mut probes = 0;
-        while finished && probes < self.settings.final_probes {
+        while finished && probes < self.crew.settings.final_probes {
             // Projects decided for good in this run are not probed again.
             let skip: BTreeSet<String> = outcomes
                 .iter()
@@ -367,7 +302,11 @@ impl<'a> Coordinator<'a> {
         }
         let left_pending = !finished && !database_down;
         summary.elapsed_ms = started.elapsed().as_millis() as u64;
-        summary.decide_exit(database_down, left_pending, self.settings.fail_on_rejected);
+        summary.decide_exit(
+            database_down,
+            left_pending,
+            self.crew.settings.fail_on_rejected,
+        );
         RunReport { summary, outcomes }
     }
 }

@@ -390,6 +390,19 @@ impl Store {
         }
     }
 
+    /// A store of its own with a pool of `max_connections`, for a lane of workers on another
+    /// thread; `None` for SQLite, whose one connection every worker shares. Call it on the
+    /// lane's runtime, and [`Store::close`] it there.
+    pub fn lane(&self, max_connections: u32) -> Option<Self> {
+        match &self.pool {
+            Pool::Pg(target) => Some(Self {
+                pool: Pool::Pg(target.lane(max_connections)),
+                answer_timeout: self.answer_timeout,
+            }),
+            Pool::Lite(_) => None,
+        }
+    }
+
     /// A worker's session: its own connection, kept across attempts.
     pub fn session(&self) -> Session {
         Session {

@@ -148,6 +148,26 @@ impl PgTarget {
         }
     }
 
+    /// A target of its own over the same hosts, with a pool of `max_connections` pointed at
+    /// the host in use now; for a lane of workers on another thread (see
+    /// `coordinator::lanes`). Must be called on the runtime that will use it: a pool's
+    /// maintenance tasks and its connections' sockets belong to the runtime that made them.
+    pub fn lane(&self, max_connections: u32) -> Self {
+        let opts = (*self.pool().connect_options()).clone();
+        Self {
+            current: Arc::new(RwLock::new(lazy_pool(
+                opts,
+                max_connections,
+                self.acquire_timeout,
+            ))),
+            hosts: Arc::clone(&self.hosts),
+            require_primary: self.require_primary,
+            max_connections,
+            acquire_timeout: self.acquire_timeout,
+            failover_timeout: self.failover_timeout,
+        }
+    }
+
     /// The pool's size.
     pub fn max_connections(&self) -> u32 {
         self.max_connections

@@ -1,0 +1,121 @@
+//! What every worker shares, owned rather than borrowed so that a lane of workers can take a
+//! copy to another thread: the store, the settings, the memory budget, the stop signal and the
+//! "database down" flag.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use backon::{BackoffBuilder, ExponentialBuilder};
+use tokio::sync::{Mutex, mpsc};
+
+use super::attempt::{Step, attempt};
+use super::{MemoryBudget, RunSettings, Stop};
+use crate::report::{Outcome, Unresolved};
+use crate::store::{Session, Store};
+
+/// The projects of a pass, shared by every worker of every lane.
+pub type Queue = Arc<Mutex<mpsc::Receiver<String>>>;
+
+/// Where workers report each project's final outcome for the pass.
+pub type Outcomes = mpsc::UnboundedSender<(String, Outcome)>;
+
+/// A worker's context. Clones share the budget, the stop signal and the flag; the store is
+/// replaced by a lane's own (see [`Crew::with_store`]).
+#[derive(Clone, Debug)]
+pub struct Crew {
+    pub(super) store: Store,
+    pub(super) settings: RunSettings,
+    pub(super) budget: MemoryBudget,
+    pub(super) stop: Stop,
+    database_down: Arc<AtomicBool>,
+}
+
+impl Crew {
+    /// A crew over a store; the memory budget comes from the settings.
+    pub fn new(store: Store, settings: RunSettings, stop: Stop) -> Self {
+        let budget = MemoryBudget::new(settings.memory_budget);
+        Self {
+            store,
+            settings,
+            budget,
+            stop,
+            database_down: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// The same crew working through another store (a lane's own pool).
+    pub fn with_store(&self, store: Store) -> Self {
+        Self {
+            store,
+            ..self.clone()
+        }
+    }
+
+    pub(super) fn backoff(&self) -> impl Iterator<Item = Duration> {
+        ExponentialBuilder::default()
+            .with_min_delay(self.settings.backoff_min)
+            .with_max_delay(self.settings.backoff_max)
+            .with_jitter()
+            .with_max_times(self.settings.max_attempts.saturating_sub(1) as usize)
+            .build()
+    }
+
+    /// Builds one project with bounded attempts on a worker's session; `None` when stopped
+    /// before starting.
+    pub async fn process(&self, session: &mut Session, project_id: &str) -> Option<Outcome> {
+        if self.stop.is_set() {
+            return None;
+        }
+        let mut delays = self.backoff();
+        loop {
+            match attempt(session, &self.budget, project_id).await {
+                Step::Done(o) => return Some(o),
+                Step::Retry(reason, detail) => {
+                    let slept = match delays.next() {
+                        Some(d) => self.stop.sleep(d).await,
+                        None => false,
+                    };
+                    if !slept {
+                        if reason == Unresolved::Database {
+                            self.check_database().await;
+                        }
+                        return Some(Outcome::Unresolved { reason, detail });
+                    }
+                }
+            }
+        }
+    }
+
+    /// After a project ran out of attempts on database errors: if the database no longer answers
+    /// at all, stop taking work (the run then exits 8 with a truthful summary) instead of
+    /// burning every remaining project's attempts against a dead server.
+    async fn check_database(&self) {
+        if let Err(e) = self.store.ping(Duration::from_secs(5)).await {
+            tracing::error!(error = %e, "the database stopped answering: stopping the run");
+            self.database_down.store(true, Ordering::SeqCst);
+            self.stop.trigger();
+        }
+    }
+
+    /// Whether any worker found the database down.
+    pub fn database_down(&self) -> bool {
+        self.database_down.load(Ordering::SeqCst)
+    }
+
+    /// One worker: takes projects from the queue until it closes, on a session of its own, and
+    /// reports each outcome.
+    pub async fn work(&self, queue: &Queue, outcomes: &Outcomes) {
+        let mut session = self.store.session();
+        loop {
+            let next = queue.lock().await.recv().await;
+            let Some(project_id) = next else { return };
+            if let Some(o) = self.process(&mut session, &project_id).await
+                && outcomes.send((project_id, o)).is_err()
+            {
+                // The pass stopped listening: nothing more to report to.
+                return;
+            }
+        }
+    }
+}
