@@ -268,8 +268,10 @@ macro_rules! live_heads {
 }
 
 /// Opens an attempt in one PostgreSQL statement: the claim (`$2`, `$3`), then, only when it
-/// is held, the current proof (the migration's function, inlined by the planner), the first
-/// observation with each revision's stored lengths, and the project's recorded rejections.
+/// is held, the current proof (asked only when the project has a snapshot at all, through
+/// migration 0008's function, so that a project without one pays neither for the proof nor
+/// for initialising its plan), the first observation with each revision's stored lengths,
+/// and the project's recorded rejections.
 ///
 /// The claim is a `MATERIALIZED` CTE so that `pg_try_advisory_xact_lock` runs exactly once.
 /// As a plain subquery the planner copied the call into every gate that reads `c.claimed`;
@@ -279,8 +281,10 @@ pub const OPEN_PG: &str = concat!(
     "
 WITH c AS MATERIALIZED (SELECT pg_try_advisory_xact_lock($2, $3) AS claimed)
 SELECT c.claimed,
-       CASE WHEN c.claimed THEN
-         (SELECT f.snapshot_digest FROM ql3.find_current_tool_snapshot($1) AS f)
+       CASE WHEN c.claimed
+                 AND EXISTS (SELECT 1 FROM ql3.tool_definition_snapshots AS s0
+                             WHERE s0.project_id = $1) THEN
+         ql3.current_snapshot_digest($1)
        END AS current_digest,
        h.*, rj.*
 FROM c
