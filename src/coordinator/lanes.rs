@@ -5,7 +5,7 @@
 //! fewest wake-ups, but it is also a single point every reply queues behind: whenever the
 //! kernel runs a database backend on that thread's core, every worker waits. On two cores with
 //! the server beside us, one thread left a fifth of the machine idle; two single-threaded
-//! lanes kept it busy and built 25% more projects per second, where tokio's work-stealing
+//! lanes kept it busy and built about 20% more projects per second, where tokio's work-stealing
 //! pool was slower than one thread (its cross-thread wake-ups cost more than they hide).
 //!
 //! Each lane owns its pool because a socket belongs to the runtime that opened it; the lanes
