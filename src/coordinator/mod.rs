@@ -12,8 +12,7 @@ use std::time::{Duration, Instant};
 
 pub use attempt::{Step, attempt, drift};
 pub use budget::{MemoryBudget, Reservation};
-pub use crew::Crew;
-use crew::Queue;
+use crew::{Crew, Queue};
 pub use stop::Stop;
 
 use crate::report::{Outcome, RunSummary, Shard, Unresolved};
