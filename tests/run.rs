@@ -630,3 +630,42 @@ async fn a_silent_server_costs_an_attempt_not_a_hung_worker() {
     })
     .await;
 }
+
+/// The lanes' pools and the page reader together keep to `--concurrency + 1` connections. The
+/// run logs in as a role whose CONNECTION LIMIT is exactly that, with one attempt per project
+/// and no final probe, so a single refused connection would leave a project unresolved (exit 3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_keeps_to_concurrency_plus_one_connections() {
+    within(300, async {
+        let url = pg::fresh_db().await;
+        let store = connect(&url).await;
+        import(&store, &fixtures::many_projects(600, 2, 2, 600)).await;
+        exec(
+            &store,
+            "DO $$ BEGIN
+               IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'login_limited') THEN
+                 CREATE ROLE login_limited LOGIN CONNECTION LIMIT 5 IN ROLE ql3_package_executor;
+               END IF;
+             END $$",
+        )
+        .await
+        .unwrap();
+        let out = exe(&pg::as_login(&url, "login_limited"))
+            .args(["run", "--json", "--concurrency", "4", "--max-attempts", "1"])
+            .args(["--final-probes", "0"])
+            .output()
+            .await
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["published"], 600, "{stdout}");
+        assert_eq!(pending_count(&store).await, 0);
+    })
+    .await;
+}

@@ -11,7 +11,7 @@ use crate::cli::{Cli, RunArgs, resolve_shard};
 use crate::coordinator::{Coordinator, LogObserver, Observer, RunReport, RunSettings, Stop};
 use crate::report::{Outcome, PublishResult, RunSummary, Shard, exit};
 use crate::sources;
-use crate::store::StoreError;
+use crate::store::{Dialect, StoreError};
 
 use super::{connect, connect_migrated};
 
@@ -147,13 +147,24 @@ fn print_human(summary: &RunSummary) {
     println!("  exit code {}", summary.exit_code);
 }
 
+/// The pool a run's store opens: each worker keeps a connection and the pages need one more,
+/// and on PostgreSQL the workers of the other lanes bring pools of their own.
+fn run_pool_size(cli: &Cli, concurrency: usize) -> u32 {
+    let dialect = super::database_url(cli)
+        .ok()
+        .and_then(|u| Dialect::of_url(&u))
+        .unwrap_or(Dialect::Sqlite);
+    crate::coordinator::pool_size(dialect, concurrency)
+}
+
 /// `run`.
 pub async fn run(cli: &Cli, args: &RunArgs) -> anyhow::Result<i32> {
     let (index, count) =
         resolve_shard(args.shard_index, args.shard_count).map_err(StoreError::Input)?;
     let shard = Shard { index, count };
     let started = std::time::Instant::now();
-    let connected = connect_migrated(cli, args.concurrency + 1).await;
+    let pool = run_pool_size(cli, args.concurrency as usize);
+    let connected = connect_migrated(cli, pool).await;
     let summary = match connected {
         Ok(store) => {
             let report = run_coordinator(cli, settings(args, shard), store).await;
@@ -245,8 +256,7 @@ pub const DEMO_FIXTURE: &[u8] = include_bytes!("../../examples/demo-fixture.json
 /// `demo`.
 pub async fn demo(cli: &Cli) -> anyhow::Result<i32> {
     let settings = RunSettings::default();
-    // Each worker keeps a connection, and the pages need one more.
-    let store = connect(cli, settings.concurrency as u32 + 1).await?;
+    let store = connect(cli, run_pool_size(cli, settings.concurrency)).await?;
     let migrated = store.migrate(false, None).await?;
     println!(
         "1. migrated the {:?} database ({} migrations applied now)",

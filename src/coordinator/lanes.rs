@@ -11,20 +11,32 @@
 //! Each lane owns its pool because a socket belongs to the runtime that opened it; the lanes
 //! share the queue of projects, the memory budget and the stop signal, and report outcomes
 //! over a channel to the pass on the main thread. The pools together hold `--concurrency`
-//! connections, plus the page reader's one on the main pool.
+//! connections, plus the page reader's one on the main pool (see [`pool_size`]).
 
 use super::crew::{Crew, Outcomes, Queue};
 use crate::store::Dialect;
 
-/// How many lanes `workers` workers get: one per core this process may use (which honours a
-/// container's CPU limit), never more than the workers, and one on SQLite, where every worker
-/// shares the one connection anyway.
-pub fn count(crew: &Crew, workers: usize) -> usize {
-    if crew.store.dialect() == Dialect::Sqlite {
-        return 1;
-    }
-    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
-    cores.min(workers).max(1)
+/// How `workers` workers are spread over lanes, first lane first: one lane per core this
+/// process may use (which honours a container's CPU limit), never more than the workers, and
+/// one on SQLite, where every worker shares the one connection anyway.
+pub fn plan(dialect: Dialect, workers: usize) -> Vec<usize> {
+    let lanes = match dialect {
+        Dialect::Sqlite => 1,
+        Dialect::Postgres => {
+            let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+            cores.min(workers).max(1)
+        }
+    };
+    shares(workers.max(1), lanes)
+}
+
+/// The size of the pool a run's store needs for `workers` workers: the first lane's workers
+/// and the page reader. The other lanes open pools of their own, one connection per worker,
+/// so that a run holds at most `workers + 1` connections in all. (A larger pool here would let
+/// sqlx open a spare connection when a returned one is still on its way back to the pool.)
+pub fn pool_size(dialect: Dialect, workers: usize) -> u32 {
+    let first = plan(dialect, workers).first().copied().unwrap_or(1);
+    u32::try_from(first).unwrap_or(u32::MAX).saturating_add(1)
 }
 
 /// `workers` split as evenly as possible over `lanes`, larger shares first.
@@ -35,12 +47,11 @@ fn shares(workers: usize, lanes: usize) -> Vec<usize> {
         .collect()
 }
 
-/// Runs `workers` workers over `lanes` lanes until the queue closes and every worker is done.
-/// The first lane runs here, on the caller's runtime and store; a lane whose thread cannot be
-/// started is folded into it, so the pass still gets every worker.
-pub async fn run(crew: &Crew, workers: usize, lanes: usize, queue: &Queue, outcomes: &Outcomes) {
-    let shares = shares(workers.max(1), lanes);
-    let mut here = shares[0];
+/// Runs the workers of `shares` (see [`plan`]) until the queue closes and every worker is
+/// done. The first lane runs here, on the caller's runtime and store; a lane whose thread
+/// cannot be started is folded into it, so the pass still gets every worker.
+pub async fn run(crew: &Crew, shares: &[usize], queue: &Queue, outcomes: &Outcomes) {
+    let mut here = shares.first().copied().unwrap_or(1);
     let mut elsewhere = Vec::new();
     for (i, &n) in shares.iter().enumerate().skip(1) {
         match spawn(i, crew.clone(), n, queue.clone(), outcomes.clone()) {

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 pub use attempt::{Step, attempt, drift};
 pub use budget::{MemoryBudget, Reservation};
 use crew::{Crew, Queue};
+pub use lanes::pool_size;
 pub use stop::Stop;
 
 use crate::report::{Outcome, RunSummary, Shard, Unresolved};
@@ -24,7 +25,8 @@ pub struct RunSettings {
     /// Pending projects per keyset page.
     pub page_size: u32,
     /// Projects in flight at once. On PostgreSQL each worker keeps a connection and the pages
-    /// use one more, so the store's pool needs `concurrency + 1` connections.
+    /// use one more: `concurrency + 1` in all, of which the store's own pool needs
+    /// [`pool_size`] (the other lanes open theirs).
     pub concurrency: usize,
     /// Attempts per project per pass.
     pub max_attempts: u32,
@@ -234,10 +236,9 @@ impl<'a> Coordinator<'a> {
                 }
             }
         };
-        let workers = self.crew.settings.concurrency.max(1);
-        let lanes = lanes::count(&self.crew, workers);
+        let shares = lanes::plan(self.crew.store.dialect(), self.crew.settings.concurrency);
         let work = async move {
-            lanes::run(&self.crew, workers, lanes, &queue, &report).await;
+            lanes::run(&self.crew, &shares, &queue, &report).await;
         };
         let collect = async {
             while let Some((p, o)) = decided.recv().await {
