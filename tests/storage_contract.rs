@@ -234,6 +234,38 @@ async fn assert_pending_is_not_current(store: &Store, when: &str) {
         }
     }
     assert_eq!(pending, expected, "{when}");
+    // Read as several ranges of the keyset (as a run with several lanes does): together, in
+    // order, the same projects, none twice.
+    for parts in [2, 3, 8] {
+        let points = store.split_points(parts).await.unwrap();
+        assert!(points.len() < parts, "{when}: {points:?}");
+        if store.dialect() == Dialect::Postgres {
+            assert!(!points.is_empty(), "{when}: PostgreSQL splits the keyset");
+        }
+        assert!(points.windows(2).all(|w| w[0] < w[1]), "{when}: {points:?}");
+        let mut starts = vec![String::new()];
+        starts.extend(points.iter().cloned());
+        let ends = points.iter().cloned().map(Some).chain([None]);
+        let mut ranged = Vec::new();
+        for (start, end) in starts.into_iter().zip(ends) {
+            let mut cursor = start;
+            loop {
+                let page = store
+                    .pending_page_through(&cursor, end.as_deref(), 2)
+                    .await
+                    .unwrap();
+                ranged.extend(page.iter().cloned());
+                match page.last() {
+                    Some(last) if page.len() == 2 => cursor.clone_from(last),
+                    _ => break,
+                }
+            }
+        }
+        assert_eq!(
+            ranged, expected,
+            "{when}, {parts} ranges split at {points:?}"
+        );
+    }
 }
 
 async fn activation_lifecycle(s: Stores) {

@@ -104,11 +104,21 @@ impl Crew {
     }
 
     /// One worker: takes projects from the queue until it closes, on a session of its own, and
-    /// reports each outcome.
+    /// reports each outcome. While the queue is empty the worker holds no connection, so that
+    /// the page readers, which share the first lane's pool, can read in parallel.
     pub async fn work(&self, queue: &Queue, outcomes: &Outcomes) {
         let mut session = self.store.session();
         loop {
-            let next = queue.lock().await.recv().await;
+            let next = {
+                let mut queue = queue.lock().await;
+                match queue.try_recv() {
+                    Ok(p) => Some(p),
+                    Err(_) => {
+                        session.release();
+                        queue.recv().await
+                    }
+                }
+            };
             let Some(project_id) = next else { return };
             if let Some(o) = self.process(&mut session, &project_id).await
                 && outcomes.send((project_id, o)).is_err()

@@ -172,13 +172,14 @@ impl<'a> Coordinator<'a> {
         Ok(outcome)
     }
 
-    async fn page(&self, after: &str) -> Result<Vec<String>, StoreError> {
+    /// One page of pending projects in a range of the keyset, retried on transient errors.
+    async fn page(&self, after: &str, through: Option<&str>) -> Result<Vec<String>, StoreError> {
         let mut delays = self.crew.backoff();
         loop {
             match self
                 .crew
                 .store
-                .pending_page(after, self.crew.settings.page_size)
+                .pending_page_through(after, through, self.crew.settings.page_size)
                 .await
             {
                 Ok(p) => return Ok(p),
@@ -193,11 +194,68 @@ impl<'a> Coordinator<'a> {
         }
     }
 
+    /// The keyset ranges a pass reads at once, one per lane: `(after, through)`, the last one
+    /// open-ended. A scan where little is pending is the proofs of every project, on one server
+    /// process per range, so it takes about `1/lanes` of the time. If the split points cannot be
+    /// read, one range: the pages then report the error themselves.
+    async fn ranges(&self, lanes: usize) -> Vec<(String, Option<String>)> {
+        let points = match self.crew.store.split_points(lanes).await {
+            Ok(points) => points,
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot split the keyset; reading it as one range");
+                Vec::new()
+            }
+        };
+        let mut ranges = Vec::with_capacity(points.len() + 1);
+        let mut after = String::new();
+        for point in points {
+            ranges.push((std::mem::replace(&mut after, point.clone()), Some(point)));
+        }
+        ranges.push((after, None));
+        ranges
+    }
+
+    /// Pages through one range of the keyset into the queue, `skip`ping some; returns whether
+    /// it finished (false when stopped), how many projects it handed out and how many pages it
+    /// read.
+    async fn produce(
+        &self,
+        (mut cursor, through): (String, Option<String>),
+        skip: &BTreeSet<String>,
+        sender: tokio::sync::mpsc::Sender<String>,
+    ) -> Result<(bool, usize, u64), StoreError> {
+        let (mut attempted, mut pages) = (0, 0);
+        loop {
+            if self.crew.stop.is_set() {
+                return Ok((false, attempted, pages));
+            }
+            let page = self.page(&cursor, through.as_deref()).await?;
+            pages += 1;
+            let full = page.len() as u32 >= self.crew.settings.page_size;
+            if let Some(last) = page.last() {
+                cursor.clone_from(last);
+            }
+            for p in page {
+                if self.crew.settings.shard.owns(&p) && !skip.contains(&p) {
+                    attempted += 1;
+                    // Closed only when every worker is gone, which cannot happen first.
+                    if sender.send(p).await.is_err() {
+                        return Ok((false, attempted, pages));
+                    }
+                }
+            }
+            if !full {
+                return Ok((!self.crew.stop.is_set(), attempted, pages));
+            }
+        }
+    }
+
     /// Pages through this shard's pending projects `skip`ping some; returns whether it finished
     /// (false when stopped or the database failed) and how many projects it handed out.
     ///
     /// The pages feed a queue that `--concurrency` workers drain, so the next page is read
-    /// while the last projects of this one are still being built.
+    /// while the last projects of this one are still being built. With several lanes the
+    /// keyset is read as that many ranges at once.
     async fn pass(
         &self,
         skip: &BTreeSet<String>,
@@ -209,34 +267,24 @@ impl<'a> Coordinator<'a> {
             tokio::sync::mpsc::channel(self.crew.settings.page_size.max(1) as usize);
         let queue: Queue = std::sync::Arc::new(tokio::sync::Mutex::new(receiver));
         let (report, mut decided) = tokio::sync::mpsc::unbounded_channel();
-        let pages = async move {
-            let mut cursor = String::new();
-            let (mut attempted, mut pages) = (0, 0);
-            loop {
-                if self.crew.stop.is_set() {
-                    return Ok::<_, StoreError>((false, attempted, pages));
-                }
-                let page = self.page(&cursor).await?;
-                pages += 1;
-                let full = page.len() as u32 >= self.crew.settings.page_size;
-                if let Some(last) = page.last() {
-                    cursor.clone_from(last);
-                }
-                for p in page {
-                    if self.crew.settings.shard.owns(&p) && !skip.contains(&p) {
-                        attempted += 1;
-                        // Closed only when every worker is gone, which cannot happen first.
-                        if sender.send(p).await.is_err() {
-                            return Ok((false, attempted, pages));
-                        }
-                    }
-                }
-                if !full {
-                    return Ok((!self.crew.stop.is_set(), attempted, pages));
-                }
-            }
-        };
         let shares = lanes::plan(self.crew.store.dialect(), self.crew.settings.concurrency);
+        let ranges = self.ranges(shares.len()).await;
+        let pages = async move {
+            // Each producer holds a sender; the queue closes when the last one is done.
+            let producers: Vec<_> = ranges
+                .into_iter()
+                .map(|range| self.produce(range, skip, sender.clone()))
+                .collect();
+            drop(sender);
+            let (mut finished, mut attempted, mut pages) = (true, 0, 0);
+            for result in futures::future::join_all(producers).await {
+                let (done, n, read) = result?;
+                finished &= done;
+                attempted += n;
+                pages += read;
+            }
+            Ok::<_, StoreError>((finished, attempted, pages))
+        };
         let work = async move {
             lanes::run(&self.crew, &shares, &queue, &report).await;
         };

@@ -226,10 +226,11 @@ impl Attempt<'_> {
         })
     }
 
-    /// Pending projects after `after`, in byte order.
+    /// Pending projects after `after` (and up to `through`, inclusive, when given), in byte order.
     pub async fn pending_page(
         &mut self,
         after: &str,
+        through: Option<&str>,
         limit: u32,
     ) -> Result<Vec<String>, StoreError> {
         if let Attempt::Pg(tx) = self {
@@ -247,10 +248,28 @@ impl Attempt<'_> {
             let rows = sqlx::query(for_dialect(d, text))
                 .bind(after)
                 .bind(i64::from(limit))
+                .bind(through)
                 .fetch_all(c)
                 .await?;
             rows.iter().map(|r| r.try_get::<String, _>("project_id").map_err(StoreError::from)).collect()
         })
+    }
+
+    /// Up to `parts - 1` distinct project ids that split the keyset into `parts` ranges of
+    /// about equal size, in byte order, each the last id of its range; none on SQLite, where
+    /// pages are read one at a time.
+    pub async fn split_points(&mut self, parts: usize) -> Result<Vec<String>, StoreError> {
+        let Attempt::Pg(tx) = self else {
+            return Ok(Vec::new());
+        };
+        let fractions: Vec<f64> = (1..parts).map(|i| i as f64 / parts as f64).collect();
+        let row = sqlx::query(sql::SPLIT_POINTS_PG)
+            .bind(fractions)
+            .fetch_one(&mut **tx)
+            .await?;
+        let mut points: Vec<String> = row.try_get("points")?;
+        points.dedup();
+        Ok(points)
     }
 
     /// The newest snapshot of a project, current or not.

@@ -174,6 +174,12 @@ impl Session {
         }
     }
 
+    /// Gives the session's connection back to the pool (a worker with nothing to do), so that
+    /// the page readers can use it; the next attempt takes one again.
+    pub fn release(&mut self) {
+        self.conn = None;
+    }
+
     /// Closes the connection (after a database error); the next attempt takes a fresh one.
     /// It is detached from the pool rather than returned: sqlx pings a returned connection,
     /// which on a half-open one would hold a pool slot for good.

@@ -105,14 +105,40 @@ impl Store {
     /// A page of pending projects after a cursor, in a transaction of its own (read only,
     /// rolled back), within the answer timeout.
     pub async fn pending_page(&self, after: &str, limit: u32) -> Result<Vec<String>, StoreError> {
+        self.pending_page_through(after, None, limit).await
+    }
+
+    /// [`Store::pending_page`] within a range of the keyset: after `after` and, when given, up
+    /// to `through` (inclusive).
+    pub async fn pending_page_through(
+        &self,
+        after: &str,
+        through: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<String>, StoreError> {
         let mut session = self.session();
         let bound = session.answer_timeout();
         session
             .transaction(async |a| {
                 Ok((
-                    super::answered(bound, a.pending_page(after, limit)).await?,
+                    super::answered(bound, a.pending_page(after, through, limit)).await?,
                     false,
                 ))
+            })
+            .await
+    }
+
+    /// Splits the project keyset into up to `parts` ranges of about equal size: the last id of
+    /// each range but the last (see [`super::Attempt::split_points`]).
+    pub async fn split_points(&self, parts: usize) -> Result<Vec<String>, StoreError> {
+        if parts < 2 {
+            return Ok(Vec::new());
+        }
+        let mut session = self.session();
+        let bound = session.answer_timeout();
+        session
+            .transaction(async |a| {
+                Ok((super::answered(bound, a.split_points(parts)).await?, false))
             })
             .await
     }

@@ -221,9 +221,12 @@ WHERE (SELECT COUNT(*) FROM matches) = 1"
 /// PostgreSQL the proof is the migration's function (inlined by the planner), asked only for
 /// projects that have a snapshot at all, so a page walks the keyset in order and stops at the
 /// LIMIT. (A join form let the planner sort every remaining project on each page.)
+///
+/// `$3`, when not NULL, ends the keyset at that id (inclusive), so that several pages can walk
+/// disjoint ranges at once (see [`SPLIT_POINTS_PG`]).
 pub const PENDING_PAGE_PG: &str = "
 SELECT p0.project_id FROM ql3.projects AS p0
-WHERE p0.project_id > $1
+WHERE p0.project_id > $1 AND ($3::text IS NULL OR p0.project_id <= $3)
   AND (NOT EXISTS (SELECT 1 FROM ql3.tool_definition_snapshots AS s
                    WHERE s.project_id = p0.project_id)
        OR NOT EXISTS (SELECT 1 FROM ql3.find_current_tool_snapshot(p0.project_id) AS f))
@@ -234,13 +237,19 @@ LIMIT $2";
 pub const PENDING_PAGE_SQLITE: &str = concat!(
     "
 SELECT p0.project_id FROM ql3.projects AS p0
-WHERE p0.project_id > $1
+WHERE p0.project_id > $1 AND ($3 IS NULL OR p0.project_id <= $3)
   AND NOT EXISTS (SELECT 1 FROM ql3.tool_definition_snapshots AS s WHERE ",
     proof!("p0.project_id"),
     ")
 ORDER BY p0.project_id
 LIMIT $2"
 );
+
+/// Project ids that split the keyset into parts of about equal size, at the fractions `$1`
+/// (PostgreSQL; one sort of the ids, which costs far less than the proofs of a pending scan).
+pub const SPLIT_POINTS_PG: &str = "
+SELECT coalesce(percentile_disc($1::float8[]) WITHIN GROUP (ORDER BY p.project_id), '{}') AS points
+FROM ql3.projects AS p";
 
 /// The observation ([`OBSERVE_HEADS`], with `$columns`, `$join` and `$gate` as there) as one
 /// row of parallel arrays, for the combined PostgreSQL steps; `$arrays` aggregates the added
