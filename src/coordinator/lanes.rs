@@ -11,7 +11,9 @@
 //! Each lane owns its pool because a socket belongs to the runtime that opened it; the lanes
 //! share the queue of projects, the memory budget and the stop signal, and report outcomes
 //! over a channel to the pass on the main thread. The pools together hold `--concurrency`
-//! connections, plus the page reader's one on the main pool (see [`pool_size`]).
+//! connections plus one, on the first lane's pool, for the page readers (one per keyset
+//! range), which also use the connections that the first lane's idle workers give back (see
+//! [`pool_size`] and `Crew::work`).
 
 use super::crew::{Crew, Outcomes, Queue};
 use crate::store::Dialect;
@@ -49,7 +51,8 @@ fn shares(workers: usize, lanes: usize) -> Vec<usize> {
 
 /// Runs the workers of `shares` (see [`plan`]) until the queue closes and every worker is
 /// done. The first lane runs here, on the caller's runtime and store; a lane whose thread
-/// cannot be started is folded into it, so the pass still gets every worker.
+/// cannot be started is folded into it, so the pass still gets every worker (they then queue
+/// for the first lane's connections).
 pub async fn run(crew: &Crew, shares: &[usize], queue: &Queue, outcomes: &Outcomes) {
     let mut here = shares.first().copied().unwrap_or(1);
     let mut elsewhere = Vec::new();
