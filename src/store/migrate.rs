@@ -38,7 +38,6 @@ pub const POSTGRES: &[Migration] = &[
     migration!("postgres", 5, "0005_inline_current_proof.sql"),
     migration!("postgres", 6, "0006_cheaper_format_checks.sql"),
     migration!("postgres", 7, "0007_snapshot_compression.sql"),
-    migration!("postgres", 8, "0008_open_step_proof.sql"),
 ];
 
 /// SQLite migrations.

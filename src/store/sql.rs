@@ -200,6 +200,11 @@ SELECT f.snapshot_id, f.snapshot_digest, f.active_vector_digest, f.definition_di
        to_char(f.committed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') AS committed_at
 FROM ql3.find_current_tool_snapshot($1) AS f";
 
+/// The current snapshot's digest alone (PostgreSQL; the open step's currency check, in the
+/// transaction that holds the claim, so no other executor can publish in between).
+pub const CURRENT_DIGEST_PG: &str =
+    "SELECT f.snapshot_digest FROM ql3.find_current_tool_snapshot($1) AS f";
+
 /// `find_current` in SQLite: the same proof, one statement; more than one match is absent.
 pub const FIND_CURRENT_SQLITE: &str = concat!(
     "
@@ -277,10 +282,11 @@ macro_rules! live_heads {
 }
 
 /// Opens an attempt in one PostgreSQL statement: the claim (`$2`, `$3`), then, only when it
-/// is held, the current proof (asked only when the project has a snapshot at all, through
-/// migration 0008's function, so that a project without one pays neither for the proof nor
-/// for initialising its plan), the first observation with each revision's stored lengths,
-/// and the project's recorded rejections.
+/// is held, whether the project has a snapshot at all, the first observation with each
+/// revision's stored lengths, and the project's recorded rejections. The current proof is
+/// [`CURRENT_DIGEST_PG`], asked only when there is a snapshot: inlined here, its thirty-odd
+/// plan nodes were initialised on every attempt, which cost a cold run (no snapshots yet)
+/// about 5%.
 ///
 /// The claim is a `MATERIALIZED` CTE so that `pg_try_advisory_xact_lock` runs exactly once.
 /// As a plain subquery the planner copied the call into every gate that reads `c.claimed`;
@@ -290,11 +296,8 @@ pub const OPEN_PG: &str = concat!(
     "
 WITH c AS MATERIALIZED (SELECT pg_try_advisory_xact_lock($2, $3) AS claimed)
 SELECT c.claimed,
-       CASE WHEN c.claimed
-                 AND EXISTS (SELECT 1 FROM ql3.tool_definition_snapshots AS s0
-                             WHERE s0.project_id = $1) THEN
-         ql3.current_snapshot_digest($1)
-       END AS current_digest,
+       c.claimed AND EXISTS (SELECT 1 FROM ql3.tool_definition_snapshots AS s0
+                             WHERE s0.project_id = $1) AS has_snapshot,
        h.*, rj.*
 FROM c
 CROSS JOIN LATERAL (",

@@ -6,8 +6,11 @@
 //!
 //! On PostgreSQL each step is one statement, because a round trip costs more than the work
 //! of most statements: an attempt is `BEGIN`, open, one read per revision, append, `COMMIT`.
-//! Both reads of a step share one statement snapshot, so nothing can change between them. On
-//! SQLite (in-process, no round trips) the steps are the plain statements in sequence.
+//! Both reads of a step share one statement snapshot, so nothing can change between them. The
+//! one exception is the currency proof, a statement of its own that open runs only for a
+//! project that has a snapshot (see [`sql::OPEN_PG`]); it runs under the claim, so no other
+//! executor can publish between the two. On SQLite (in-process, no round trips) the steps are
+//! the plain statements in sequence.
 //!
 //! `append` inserts before the caller compares the two observations, and the caller rolls
 //! the transaction back when they differ: nothing is ever committed unless the second
@@ -88,9 +91,17 @@ impl Attempt<'_> {
                     .zip(reasons.into_iter().zip(details))
                     .map(|(v, (reason, detail))| (v, RecordedRejection { reason, detail }))
                     .collect();
+                let current = if row.try_get("has_snapshot")? {
+                    sqlx::query_scalar(sql::CURRENT_DIGEST_PG)
+                        .bind(project_id)
+                        .fetch_optional(&mut **tx)
+                        .await?
+                } else {
+                    None
+                };
                 Ok(Opening {
                     claimed,
-                    current: row.try_get("current_digest")?,
+                    current,
                     heads,
                     lengths,
                     rejections,
