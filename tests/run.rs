@@ -650,21 +650,14 @@ async fn a_run_keeps_to_concurrency_plus_one_connections() {
         )
         .await
         .unwrap();
-        let out = exe(&pg::as_login(&url, "login_limited"))
-            .args(["run", "--json", "--concurrency", "4", "--max-attempts", "1"])
-            .args(["--final-probes", "0"])
-            .output()
-            .await
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{stdout}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out = succeeds(
+            exe(&pg::as_login(&url, "login_limited"))
+                .args(["run", "--json", "--concurrency", "4", "--max-attempts", "1"])
+                .args(["--final-probes", "0"]),
+        )
+        .await;
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        assert_eq!(v["published"], 600, "{stdout}");
+        assert_eq!(v["published"], 600, "{v}");
         assert_eq!(pending_count(&store).await, 0);
     })
     .await;

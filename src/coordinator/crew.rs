@@ -26,7 +26,7 @@ pub type Outcomes = mpsc::UnboundedSender<(String, Outcome)>;
 pub struct Crew {
     pub(super) store: Store,
     pub(super) settings: RunSettings,
-    pub(super) budget: MemoryBudget,
+    budget: MemoryBudget,
     pub(super) stop: Stop,
     database_down: Arc<AtomicBool>,
 }

@@ -116,15 +116,7 @@ impl Store {
         through: Option<&str>,
         limit: u32,
     ) -> Result<Vec<String>, StoreError> {
-        let mut session = self.session();
-        let bound = session.answer_timeout();
-        session
-            .transaction(async |a| {
-                Ok((
-                    super::answered(bound, a.pending_page(after, through, limit)).await?,
-                    false,
-                ))
-            })
+        self.read(async |a| a.pending_page(after, through, limit).await)
             .await
     }
 
@@ -134,12 +126,19 @@ impl Store {
         if parts < 2 {
             return Ok(Vec::new());
         }
+        self.read(async |a| a.split_points(parts).await).await
+    }
+
+    /// One read in a transaction of its own (rolled back), within the answer timeout, on a
+    /// connection that is closed rather than returned if anything fails.
+    async fn read<T>(
+        &self,
+        step: impl AsyncFnOnce(&mut super::Attempt<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
         let mut session = self.session();
         let bound = session.answer_timeout();
         session
-            .transaction(async |a| {
-                Ok((super::answered(bound, a.split_points(parts)).await?, false))
-            })
+            .transaction(async |a| Ok((super::answered(bound, step(a)).await?, false)))
             .await
     }
 }
