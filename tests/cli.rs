@@ -55,7 +55,7 @@ fn canonicalize_reads_stdin_and_files() {
         assert_eq!(code(&o), 1, "{}", String::from_utf8_lossy(bad));
         assert!(!o.stderr.is_empty());
     }
-    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/testdata/jcs");
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/jcs");
     let o = run(
         &[
             "canonicalize",

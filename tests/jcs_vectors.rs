@@ -1,11 +1,12 @@
-//! Every RFC 8785 test vector in `../shared/testdata/jcs/` canonicalizes byte for byte.
+//! Every RFC 8785 test vector in `tests/data/jcs/` (vendored, see its NOTICE) canonicalizes
+//! byte for byte.
 
 use std::path::PathBuf;
 
 use package_executor::canonical;
 
 fn vectors_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/testdata/jcs")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/jcs")
 }
 
 #[test]
@@ -13,7 +14,7 @@ fn every_input_canonicalizes_to_its_output() {
     let dir = vectors_dir();
     let inputs = std::fs::read_dir(dir.join("input")).unwrap_or_else(|e| {
         panic!(
-            "cannot read {}: {e}; the shared/ folder must sit beside the checkout",
+            "cannot read {}: {e}; the vendored vectors belong to the repository",
             dir.display()
         )
     });

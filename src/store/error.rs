@@ -32,9 +32,13 @@ pub enum StoreError {
 
 impl StoreError {
     /// Classifies a connection failure: anything there means the database is unavailable.
+    /// A TLS failure also says which check failed and what to change.
     pub(crate) fn from_connect(e: sqlx::Error) -> Self {
         match StoreError::from(e) {
-            StoreError::Transient(m) | StoreError::Other(m) => StoreError::Unavailable(m),
+            StoreError::Transient(m) | StoreError::Other(m) => match super::tls::hint(&m) {
+                Some(hint) => StoreError::Unavailable(format!("{m} ({hint})")),
+                None => StoreError::Unavailable(m),
+            },
             other => other,
         }
     }
@@ -72,8 +76,8 @@ impl From<sqlx::Error> for StoreError {
                     // undefined_table, invalid_schema_name, undefined_function.
                     "42P01" | "3F000" | "42883" => StoreError::NotMigrated(message),
                     "42501" => StoreError::Config(format!(
-                        "permission denied: {message}; the login lacks a grant of SPEC section 8 \
-                         (is it a member of the right ql3_* role?)"
+                        "permission denied: {message}; the login lacks a grant it needs (docs/contract.md, section 8: \
+                         is it a member of the right ql3_* role?)"
                     )),
                     // SQLite: BUSY, LOCKED and their extended codes.
                     "5" | "6" | "261" | "262" | "517" | "773" => {

@@ -9,6 +9,7 @@ mod primary;
 mod queries;
 mod sql;
 mod steps;
+mod tls;
 
 use std::str::FromStr;
 use std::time::Duration;

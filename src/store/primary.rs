@@ -65,21 +65,27 @@ pub fn split_hosts(url: &str) -> (Vec<String>, bool) {
     (urls, require_primary)
 }
 
-async fn is_usable(opts: &PgConnectOptions, require_primary: bool) -> bool {
+/// Whether a host accepts the connections the executor needs; `Err` says why not, so that a
+/// run that finds no host can say what it last heard (a TLS failure, say) instead of only
+/// "none answered".
+async fn is_usable(opts: &PgConnectOptions, require_primary: bool) -> Result<(), String> {
     let probe = async {
-        let mut conn = opts.connect().await.ok()?;
+        let mut conn = opts.connect().await.map_err(|e| e.to_string())?;
         let row = sqlx::query("SELECT pg_is_in_recovery() AS standby")
             .fetch_one(&mut conn)
             .await
-            .ok()?;
-        let standby: bool = row.try_get("standby").ok()?;
+            .map_err(|e| e.to_string())?;
+        let standby: bool = row.try_get("standby").map_err(|e| e.to_string())?;
         conn.close().await.ok();
-        Some(!require_primary || !standby)
+        if require_primary && standby {
+            Err("a standby (read-only)".to_owned())
+        } else {
+            Ok(())
+        }
     };
-    matches!(
-        tokio::time::timeout(Duration::from_secs(3), probe).await,
-        Ok(Some(true))
-    )
+    tokio::time::timeout(Duration::from_secs(3), probe)
+        .await
+        .unwrap_or_else(|_| Err("no answer within 3 s".to_owned()))
 }
 
 impl PgTarget {
@@ -93,9 +99,13 @@ impl PgTarget {
         let (urls, require_primary) = split_hosts(url);
         let hosts = urls
             .iter()
-            .map(|u| PgConnectOptions::from_str(u).map(&configure))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| StoreError::Config(format!("bad PostgreSQL URL: {e}")))?;
+            .map(|u| {
+                let opts = PgConnectOptions::from_str(u)
+                    .map_err(|e| StoreError::Config(format!("bad PostgreSQL URL: {e}")))?;
+                let opts = super::tls::apply_libpq_rules(opts, u, |k| std::env::var(k).ok())?;
+                Ok(configure(opts))
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
         let multi = hosts.len() > 1;
         // With several hosts, a dead one must be noticed quickly so the others get their turn.
         let per_try = if multi {
@@ -182,9 +192,13 @@ impl PgTarget {
     /// failover timeout, and points the pool at it.
     pub async fn follow_primary(&self) -> Result<(), StoreError> {
         let started = Instant::now();
+        let mut last = Vec::with_capacity(self.hosts.len());
         loop {
+            last.clear();
             for opts in self.hosts.iter() {
-                if is_usable(opts, self.require_primary).await {
+                if let Err(why) = is_usable(opts, self.require_primary).await {
+                    last.push(format!("{}:{}: {why}", opts.get_host(), opts.get_port()));
+                } else {
                     let pool = lazy_pool(opts.clone(), self.max_connections, self.acquire_timeout);
                     let old = {
                         let mut current = self.current.write().unwrap_or_else(|p| p.into_inner());
@@ -195,9 +209,15 @@ impl PgTarget {
                     return Ok(());
                 }
             }
-            if started.elapsed() >= self.failover_timeout {
+            // A TLS failure on every host will not heal by waiting: say so now.
+            let all_tls = last.iter().all(|why| super::tls::hint(why).is_some());
+            if started.elapsed() >= self.failover_timeout || all_tls {
+                let heard = last.join("; ");
+                let hint = super::tls::hint(&heard)
+                    .map(|h| format!(" ({h})"))
+                    .unwrap_or_default();
                 return Err(StoreError::Unavailable(format!(
-                    "none of the {} hosts accepts {} connections",
+                    "none of the {} hosts accepts {} connections: {heard}{hint}",
                     self.hosts.len(),
                     if self.require_primary {
                         "read-write"

@@ -1,0 +1,194 @@
+//! TLS to PostgreSQL as libpq does it. sqlx already reads `sslmode`, `sslrootcert`, `sslcert`
+//! and `sslkey` from the URL and `PGSSLMODE`, `PGSSLROOTCERT`, `PGSSLCERT` and `PGSSLKEY` from
+//! the environment; this module closes the gaps where sqlx is more lenient than libpq (an
+//! operator's URL must mean what it means to `psql`), and turns a TLS failure into a sentence
+//! that says which check failed and what to change.
+//!
+//! The gaps, both fail-open in sqlx:
+//! - an unknown `PGSSLMODE` is ignored (so a typo silently means `prefer`); libpq refuses it;
+//! - `sslmode=require` with a root certificate given verifies the chain in libpq (it behaves as
+//!   `verify-ca`), but encrypts without verifying in sqlx.
+
+use sqlx::postgres::{PgConnectOptions, PgSslMode};
+
+use super::StoreError;
+
+/// Applies libpq's rules to options that sqlx parsed from `url`, reading the `PGSSL*`
+/// variables through `env`.
+pub fn apply_libpq_rules(
+    opts: PgConnectOptions,
+    url: &str,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<PgConnectOptions, StoreError> {
+    let param = |name: &str| query_param(url, name);
+    if param("sslmode").is_none()
+        && let Some(mode) = env("PGSSLMODE")
+        && mode.parse::<PgSslMode>().is_err()
+    {
+        return Err(StoreError::Config(format!(
+            "PGSSLMODE={mode:?} is not an sslmode: use disable, prefer, require, verify-ca or \
+             verify-full"
+        )));
+    }
+    let has_root_cert = param("sslrootcert").is_some() || env("PGSSLROOTCERT").is_some();
+    Ok(match opts.get_ssl_mode() {
+        PgSslMode::Require if has_root_cert => opts.ssl_mode(PgSslMode::VerifyCa),
+        _ => opts,
+    })
+}
+
+/// The decoded value of one query parameter of a URL, if present.
+fn query_param(url: &str, name: &str) -> Option<String> {
+    let (_, query) = url.split_once('?')?;
+    query.split('&').find_map(|kv| {
+        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+        (k == name).then(|| percent_decode(v))
+    })
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match (bytes[i], bytes.get(i + 1), bytes.get(i + 2)) {
+            (b'%', Some(&h), Some(&l)) if hex(h).is_some() && hex(l).is_some() => {
+                let (h, l) = (hex(h).unwrap_or(0), hex(l).unwrap_or(0));
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (b'+', _, _) => {
+                out.push(b' ');
+                i += 1;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// What to do about a connection failure whose text shows a TLS problem, or `None` when it
+/// is not one. Matched on text because sqlx carries rustls's error only as a boxed message.
+pub fn hint(message: &str) -> Option<&'static str> {
+    let m = message;
+    if m.contains("UnknownIssuer") || m.contains("unknown issuer") {
+        Some(
+            "TLS: the server's certificate is not signed by a CA in sslrootcert \
+             (sslmode=verify-ca or verify-full): point sslrootcert (or PGSSLROOTCERT) at the CA \
+             bundle that signed the server's certificate",
+        )
+    } else if m.contains("NotValidForName") || m.contains("not valid for name") {
+        Some(
+            "TLS: the server's certificate does not name the host in the URL \
+             (sslmode=verify-full): connect by a name the certificate lists in its \
+             subjectAltName, or reissue the certificate for this name",
+        )
+    } else if m.contains("server does not support TLS") {
+        Some(
+            "TLS: the server refused TLS, and sslmode requires it: enable ssl on the server, or \
+             lower sslmode only on a network you trust",
+        )
+    } else if m.contains("no encryption") {
+        Some(
+            "TLS: the server accepts only encrypted connections from this host (hostssl in \
+             pg_hba.conf): set sslmode=verify-full with sslrootcert",
+        )
+    } else if m.contains("CertificateRequired") || m.contains("certificate required") {
+        Some(
+            "TLS: the server requires a client certificate: set sslcert and sslkey (or PGSSLCERT \
+             and PGSSLKEY)",
+        )
+    } else if m.contains("BadCertificate") || m.contains("certificate authentication failed") {
+        Some(
+            "TLS: the server did not accept the client certificate (its CA, or its common name \
+             must equal the login's user name): check sslcert, sslkey and the server's ssl_ca_file",
+        )
+    } else if m.contains("TLS") || m.contains("certificate") || m.contains("pem file") {
+        Some("TLS: check sslmode, sslrootcert, sslcert and sslkey")
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::str::FromStr;
+
+    use super::*;
+
+    fn apply(url: &str, env: &[(&str, &str)]) -> Result<PgSslMode, StoreError> {
+        let lookup = |k: &str| {
+            env.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| (*v).to_owned())
+        };
+        let opts =
+            PgConnectOptions::from_str(url).map_err(|e| StoreError::Config(e.to_string()))?;
+        apply_libpq_rules(opts, url, lookup).map(|o| o.get_ssl_mode())
+    }
+
+    #[test]
+    fn require_with_a_root_certificate_verifies_the_chain() {
+        let mode = apply("postgres://h/db?sslmode=require&sslrootcert=%2Fca.pem", &[]);
+        assert!(matches!(mode, Ok(PgSslMode::VerifyCa)));
+        let mode = apply(
+            "postgres://h/db?sslmode=require",
+            &[("PGSSLROOTCERT", "/ca.pem")],
+        );
+        assert!(matches!(mode, Ok(PgSslMode::VerifyCa)));
+        let mode = apply("postgres://h/db?sslmode=require", &[]);
+        assert!(matches!(mode, Ok(PgSslMode::Require)));
+        let mode = apply(
+            "postgres://h/db?sslmode=verify-full&sslrootcert=/ca.pem",
+            &[],
+        );
+        assert!(matches!(mode, Ok(PgSslMode::VerifyFull)));
+    }
+
+    #[test]
+    fn an_unknown_pgsslmode_is_refused_not_ignored() {
+        let err = apply("postgres://h/db", &[("PGSSLMODE", "verify_full")]);
+        assert!(matches!(err, Err(StoreError::Config(m)) if m.contains("verify_full")));
+        // The URL's own parameter wins over the variable, as in libpq.
+        let mode = apply("postgres://h/db?sslmode=disable", &[("PGSSLMODE", "bogus")]);
+        assert!(matches!(mode, Ok(PgSslMode::Disable)));
+    }
+
+    #[test]
+    fn query_parameters_are_decoded() {
+        assert_eq!(
+            query_param(
+                "postgres://h/db?a=1&sslrootcert=%2Fetc%2Fca.pem",
+                "sslrootcert"
+            ),
+            Some("/etc/ca.pem".to_owned())
+        );
+        assert_eq!(query_param("postgres://h/db", "sslmode"), None);
+    }
+
+    #[test]
+    fn every_tls_failure_says_which_check_failed() {
+        for (text, needle) in [
+            (
+                "invalid peer certificate: UnknownIssuer",
+                "not signed by a CA",
+            ),
+            (
+                "invalid peer certificate: certificate not valid for name \"127.0.0.2\"",
+                "does not name the host",
+            ),
+            ("server does not support TLS", "refused TLS"),
+            (
+                "no pg_hba.conf entry for host \"127.0.0.1\", user \"x\", database \"y\", no encryption",
+                "hostssl",
+            ),
+        ] {
+            assert!(hint(text).is_some_and(|h| h.contains(needle)), "{text}");
+        }
+        assert_eq!(hint("connection refused"), None);
+    }
+}

@@ -1,0 +1,473 @@
+//! TLS to PostgreSQL, on a real server started with `ssl = on` and certificates made here (a CA,
+//! a server certificate for `localhost` and `127.0.0.1`, a client certificate, and a CA nobody
+//! trusts). Plaintext TCP is refused by `pg_hba.conf` (`hostssl` only), and one login
+//! authenticates with its client certificate alone.
+//!
+//! The handshake tests need a server built with OpenSSL (Debian's are); the PyPI build of
+//! PostgreSQL 18 used beside it has no TLS, so `scripts/test.sh` runs only
+//! `a_server_without_tls_*` there, which checks what `sslmode` does against such a server.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "support/db.rs"]
+mod db;
+#[path = "support/pg.rs"]
+mod pg;
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use db::*;
+use package_executor::store::{ConnectOptions, Store};
+use pg::PgCluster;
+use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
+use sqlx::Row;
+
+/// The executor's certificate-only login (its common name is the user name).
+const CERT_LOGIN: &str = "pe_cert";
+/// A password that must never appear in anything the executor prints.
+const PASSWORD: &str = "s3cret-never-logged";
+
+struct TlsServer {
+    cluster: PgCluster,
+    certs: PathBuf,
+    client_key_pem: String,
+}
+
+static SERVER: OnceLock<TlsServer> = OnceLock::new();
+static NEXT_DB: AtomicUsize = AtomicUsize::new(0);
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn ca(name: &str) -> CertifiedIssuer<'static, KeyPair> {
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.distinguished_name.push(DnType::CommonName, name);
+    CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap()
+}
+
+/// A leaf certificate and its key, signed by `issuer`.
+fn leaf(
+    issuer: &CertifiedIssuer<'static, KeyPair>,
+    common_name: &str,
+    names: &[&str],
+) -> (String, String) {
+    let mut params =
+        CertificateParams::new(names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>()).unwrap();
+    params
+        .distinguished_name
+        .push(DnType::CommonName, common_name);
+    let key = KeyPair::generate().unwrap();
+    let cert = params.signed_by(&key, issuer).unwrap();
+    (cert.pem(), key.serialize_pem())
+}
+
+fn chown_to_postgres(cluster: &PgCluster, path: &Path) {
+    if cluster.as_root {
+        let ok = std::process::Command::new("chown")
+            .args(["postgres:postgres"])
+            .arg(path)
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    }
+}
+
+fn server() -> &'static TlsServer {
+    SERVER.get_or_init(|| {
+        let base = std::env::temp_dir().join(format!("pe-tls-{}", std::process::id()));
+        // 127.0.0.2 is a second loopback address that the server certificate does not name.
+        let cluster = PgCluster::start_in(
+            base.join("pg"),
+            "listen_addresses = '127.0.0.1,127.0.0.2'\n",
+        );
+        // Set up over plaintext while pg_hba.conf still trusts it: a migrated template and the
+        // logins (roles are cluster-wide).
+        let admin = cluster.url("postgres");
+        let template = cluster.url("tls_template");
+        pg::block_on(async move {
+            let store = Store::connect(&ConnectOptions::new(admin.clone()))
+                .await
+                .unwrap();
+            let pool = store.pg_pool().unwrap();
+            for sql in [
+                "CREATE DATABASE tls_template".to_owned(),
+                format!("CREATE ROLE pe_executor LOGIN PASSWORD '{PASSWORD}'"),
+                format!("CREATE ROLE {CERT_LOGIN} LOGIN"),
+            ] {
+                sqlx::query(sqlx::AssertSqlSafe(sql))
+                    .execute(&pool)
+                    .await
+                    .unwrap();
+            }
+            store.close().await;
+            let store = Store::connect(&ConnectOptions::new(template))
+                .await
+                .unwrap();
+            store.migrate(true, None).await.unwrap();
+            let pool = store.pg_pool().unwrap();
+            for login in ["pe_executor", CERT_LOGIN] {
+                sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "GRANT ql3_package_executor TO {login}"
+                )))
+                .execute(&pool)
+                .await
+                .unwrap();
+            }
+            store.close().await;
+        });
+        cluster.stop("fast");
+
+        let certs = base.join("certs");
+        std::fs::create_dir_all(&certs).unwrap();
+        let authority = ca("package-executor test CA");
+        let stranger = ca("a CA nobody trusts");
+        let (server_crt, server_key) = leaf(&authority, "localhost", &["localhost", "127.0.0.1"]);
+        let (client_crt, client_key) = leaf(&authority, CERT_LOGIN, &[]);
+        write(&certs, "ca.crt", &authority.pem());
+        write(&certs, "wrong-ca.crt", &stranger.pem());
+        write(&certs, "client.crt", &client_crt);
+        write(&certs, "client.key", &client_key);
+
+        let data = cluster.data_dir();
+        for (name, text) in [
+            ("server.crt", server_crt.as_str()),
+            ("server.key", server_key.as_str()),
+            ("root.crt", authority.pem().as_str()),
+        ] {
+            let path = write(&data, name, text);
+            chown_to_postgres(&cluster, &path);
+        }
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(
+            data.join("server.key"),
+            std::fs::Permissions::from_mode(0o600),
+        )
+        .unwrap();
+        let conf = data.join("postgresql.auto.conf");
+        let mut text = std::fs::read_to_string(&conf).unwrap();
+        text.push_str(
+            "ssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n\
+             ssl_ca_file = 'root.crt'\n",
+        );
+        std::fs::write(&conf, text).unwrap();
+        // TCP only through TLS; the certificate login by its certificate alone.
+        let hba = write(
+            &data,
+            "pg_hba.conf",
+            &format!(
+                "local all all trust\n\
+                 hostssl all {CERT_LOGIN} 127.0.0.0/8 cert\n\
+                 hostssl all all 127.0.0.0/8 trust\n"
+            ),
+        );
+        chown_to_postgres(&cluster, &hba);
+        cluster.start();
+        TlsServer {
+            cluster,
+            certs,
+            client_key_pem: client_key,
+        }
+    })
+}
+
+impl TlsServer {
+    fn cert(&self, name: &str) -> String {
+        self.certs.join(name).display().to_string()
+    }
+
+    /// A URL for `user` on `host` with these query parameters.
+    fn url(&self, user: &str, host: &str, db: &str, query: &str) -> String {
+        format!(
+            "postgres://{user}@{host}:{}/{db}?{query}",
+            self.cluster.port
+        )
+    }
+
+    /// `verify-full` against the right CA.
+    fn verified(&self, user: &str, db: &str) -> String {
+        self.url(
+            user,
+            "localhost",
+            db,
+            &format!("sslmode=verify-full&sslrootcert={}", self.cert("ca.crt")),
+        )
+    }
+
+    /// A fresh database cloned from the migrated template, created over a verified connection.
+    async fn fresh_db(&self) -> String {
+        let name = format!("tls_{}", NEXT_DB.fetch_add(1, Ordering::SeqCst));
+        let admin = self.verified("postgres", "postgres");
+        let create = name.clone();
+        pg::block_on(async move {
+            let store = Store::connect(&ConnectOptions::new(admin)).await.unwrap();
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "CREATE DATABASE {create} TEMPLATE tls_template"
+            )))
+            .execute(&store.pg_pool().unwrap())
+            .await
+            .unwrap();
+            store.close().await;
+        });
+        name
+    }
+
+    /// Rows written to a database, counted over a verified connection.
+    async fn written(&self, db: &str) -> i64 {
+        let store = connect(&self.verified("postgres", db)).await;
+        let n = scalar(
+            &store,
+            "SELECT (SELECT COUNT(*) FROM ql3.projects) + \
+             (SELECT COUNT(*) FROM ql3.tool_definition_snapshots)",
+        )
+        .await;
+        store.close().await;
+        n
+    }
+}
+
+async fn exe_out(url: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = exe(url, "5s");
+    cmd.args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    tokio::time::timeout(Duration::from_secs(120), cmd.output())
+        .await
+        .expect("the command answers")
+        .unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Asserts exit 8 with `needle` in the message, and that no secret leaked into the output.
+fn refused(o: &Output, needle: &str, server: &TlsServer) {
+    let err = stderr(o);
+    assert_eq!(o.status.code(), Some(8), "{err}");
+    assert!(err.contains(needle), "expected {needle:?} in: {err}");
+    let everything = format!("{err}{}", String::from_utf8_lossy(&o.stdout));
+    assert!(!everything.contains(PASSWORD), "a password was printed");
+    let key_body = server.client_key_pem.lines().nth(1).unwrap();
+    assert!(!everything.contains(key_body), "key material was printed");
+}
+
+fn fixture_path() -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/demo-fixture.json")
+        .display()
+        .to_string()
+}
+
+/// Whether the server says the current connection is encrypted.
+async fn encrypted(url: &str) -> bool {
+    let store = connect(url).await;
+    let row = sqlx::query("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+        .fetch_one(&store.pg_pool().unwrap())
+        .await
+        .unwrap();
+    let ssl: bool = row.get(0);
+    store.close().await;
+    ssl
+}
+
+#[tokio::test]
+async fn verify_full_with_the_right_ca_runs_every_command() {
+    let s = server();
+    let db = s.fresh_db().await;
+    let owner = s.verified("postgres", &db);
+    let executor = s.verified("pe_executor", &db);
+    succeeds(exe(&owner, "5s").arg("migrate")).await;
+    succeeds(exe(&owner, "5s").args(["sources", "import", &fixture_path()])).await;
+    succeeds(exe(&executor, "5s").args(["run", "--json"])).await;
+    let out = succeeds(exe(&executor, "5s").args(["current", "demo-1", "--json"])).await;
+    let current: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        current["snapshotDigest"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:")
+    );
+    assert!(encrypted(&executor).await);
+    // The same through the libpq environment variables and a plain URL.
+    let plain = s.url("pe_executor", "localhost", &db, "");
+    let out = exe_out(
+        &plain,
+        &["current", "demo-2", "--json"],
+        &[
+            ("PGSSLMODE", "verify-full"),
+            ("PGSSLROOTCERT", &s.cert("ca.crt")),
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // Several hosts in one URL, each verified against its own name.
+    let multi = format!(
+        "postgres://pe_executor@localhost:{p},127.0.0.1:{p}/{db}?sslmode=verify-full&sslrootcert={}",
+        s.cert("ca.crt"),
+        p = s.cluster.port
+    );
+    succeeds(exe(&multi, "5s").args(["current", "demo-1"])).await;
+}
+
+#[tokio::test]
+async fn an_unknown_ca_exits_8_and_writes_nothing() {
+    let s = server();
+    let db = s.fresh_db().await;
+    let query = format!("sslmode=verify-full&sslrootcert={}", s.cert("wrong-ca.crt"));
+    let owner = s.url(&format!("postgres:{PASSWORD}"), "localhost", &db, &query);
+    let fixture = fixture_path();
+    for args in [
+        vec!["migrate"],
+        vec!["sources", "import", &fixture],
+        vec!["run"],
+        vec!["current", "demo-1"],
+    ] {
+        let out = exe_out(&owner, &args, &[]).await;
+        refused(&out, "not signed by a CA in sslrootcert", s);
+    }
+    // The libpq variable is honoured the same way.
+    let plain = s.url("postgres", "localhost", &db, "");
+    let out = exe_out(
+        &plain,
+        &["sources", "import", &fixture],
+        &[
+            ("PGSSLMODE", "verify-ca"),
+            ("PGSSLROOTCERT", &s.cert("wrong-ca.crt")),
+        ],
+    )
+    .await;
+    refused(&out, "not signed by a CA", s);
+    // libpq's rule: `require` with a root certificate verifies the chain.
+    let out = exe_out(
+        &s.url(
+            "postgres",
+            "localhost",
+            &db,
+            &format!("sslmode=require&sslrootcert={}", s.cert("wrong-ca.crt")),
+        ),
+        &["sources", "import", &fixture],
+        &[],
+    )
+    .await;
+    refused(&out, "not signed by a CA", s);
+    assert_eq!(s.written(&db).await, 0, "nothing was written");
+}
+
+#[tokio::test]
+async fn a_host_name_the_certificate_lacks_exits_8_under_verify_full() {
+    let s = server();
+    let db = s.fresh_db().await;
+    let ca = format!("sslrootcert={}", s.cert("ca.crt"));
+    let full = s.url(
+        "postgres",
+        "127.0.0.2",
+        &db,
+        &format!("sslmode=verify-full&{ca}"),
+    );
+    let out = exe_out(&full, &["sources", "import", &fixture_path()], &[]).await;
+    refused(&out, "does not name the host", s);
+    assert_eq!(s.written(&db).await, 0, "nothing was written");
+    // verify-ca checks the chain only, so the same host is accepted.
+    let chain_only = s.url(
+        "postgres",
+        "127.0.0.2",
+        &db,
+        &format!("sslmode=verify-ca&{ca}"),
+    );
+    succeeds(exe(&chain_only, "5s").args(["sources", "import", &fixture_path()])).await;
+    assert!(s.written(&db).await > 0);
+}
+
+#[tokio::test]
+async fn plaintext_against_a_hostssl_only_server_exits_8() {
+    let s = server();
+    let db = s.fresh_db().await;
+    let url = s.url(
+        &format!("postgres:{PASSWORD}"),
+        "localhost",
+        &db,
+        "sslmode=disable",
+    );
+    let out = exe_out(&url, &["sources", "import", &fixture_path()], &[]).await;
+    refused(&out, "hostssl", s);
+    assert_eq!(s.written(&db).await, 0, "nothing was written");
+}
+
+#[tokio::test]
+async fn require_encrypts_without_verifying() {
+    let s = server();
+    let db = s.fresh_db().await;
+    // No root certificate: the chain is not checked (the CA is unknown to the system store).
+    let url = s.url("postgres", "127.0.0.2", &db, "sslmode=require");
+    assert!(encrypted(&url).await);
+    succeeds(exe(&url, "5s").args(["sources", "import", &fixture_path()])).await;
+    // `prefer`, the default, encrypts too when the server offers TLS.
+    assert!(encrypted(&s.url("postgres", "localhost", &db, "")).await);
+}
+
+#[tokio::test]
+async fn a_client_certificate_alone_logs_the_executor_in() {
+    let s = server();
+    let db = s.fresh_db().await;
+    succeeds(exe(&s.verified("postgres", &db), "5s").args(["sources", "import", &fixture_path()]))
+        .await;
+    let with_cert = s.url(
+        CERT_LOGIN,
+        "localhost",
+        &db,
+        &format!(
+            "sslmode=verify-full&sslrootcert={}&sslcert={}&sslkey={}",
+            s.cert("ca.crt"),
+            s.cert("client.crt"),
+            s.cert("client.key")
+        ),
+    );
+    let out = succeeds(exe(&with_cert, "5s").args(["run", "--json"])).await;
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["published"], 3, "{summary}");
+    succeeds(exe(&with_cert, "5s").args(["current", "demo-1"])).await;
+    // The same login without its certificate is refused.
+    let without = s.verified(CERT_LOGIN, &db);
+    let out = exe_out(&without, &["current", "demo-1"], &[]).await;
+    assert_eq!(out.status.code(), Some(8), "{}", stderr(&out));
+}
+
+/// Runs on every build, including one without TLS support: `require` and stricter refuse a
+/// server that does not offer TLS, `prefer` (the default) falls back to plaintext.
+#[tokio::test]
+async fn a_server_without_tls_is_refused_unless_sslmode_allows_plaintext() {
+    let url = pg::fresh_db().await;
+    for mode in ["require", "verify-ca", "verify-full"] {
+        let out = exe_out(
+            &format!("{url}?sslmode={mode}"),
+            &["sources", "import", &fixture_path()],
+            &[],
+        )
+        .await;
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(8), "{mode}: {err}");
+        assert!(err.contains("refused TLS"), "{mode}: {err}");
+    }
+    let store = connect(&url).await;
+    assert_eq!(scalar(&store, "SELECT COUNT(*) FROM ql3.projects").await, 0);
+    store.close().await;
+    for mode in ["prefer", "disable"] {
+        succeeds(exe(&format!("{url}?sslmode={mode}"), "5s").args([
+            "sources",
+            "import",
+            &fixture_path(),
+        ]))
+        .await;
+    }
+    let store = connect(&url).await;
+    assert_eq!(scalar(&store, "SELECT COUNT(*) FROM ql3.projects").await, 4);
+    store.close().await;
+}
