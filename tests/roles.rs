@@ -1,4 +1,4 @@
-//! PostgreSQL least privilege (SPEC section 8), on a real server, through real LOGIN members of
+//! PostgreSQL least privilege (docs/contract.md, section 8), on a real server, through real LOGIN members of
 //! each group role.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -361,5 +361,124 @@ async fn plain_migrate_names_missing_roles() {
         "{err}"
     );
     succeeds(exe(&url, "5s").args(["migrate", "--create-roles"])).await;
+    cluster.stop("fast");
+}
+
+/// The server's major version, from `server_version_num`.
+async fn major(conn: &mut PgConnection) -> i32 {
+    let num: String = sqlx::query_scalar("SHOW server_version_num")
+        .fetch_one(conn)
+        .await
+        .unwrap();
+    num.parse::<i32>().unwrap() / 10000
+}
+
+/// The README's production setup script, run by a non-superuser admin with CREATEROLE that owns
+/// the database (what a managed service hands out), works on this major; then migrate, import,
+/// run and read through the logins it made. Where PostgreSQL 15 and 16+ differ (CREATEROLE
+/// administers only the roles it created, without SET or INHERIT), and where 17 added the
+/// MAINTAIN privilege, the expectations for each are stated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readme_setup_sql_works_for_a_createrole_admin() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let start = readme
+        .find("```sql\n-- 1. the group roles")
+        .expect("the README's setup script");
+    let script = &readme[start + "```sql\n".len()..];
+    let script = &script[..script.find("```").unwrap()];
+
+    let dir = std::env::temp_dir().join(format!("pe-roles-admin-{}", std::process::id()));
+    let cluster = pg::PgCluster::start_in(dir, "");
+    let mut su = PgConnection::connect(&cluster.url("postgres")).await.unwrap();
+    let major = major(&mut su).await;
+    eprintln!("roles: PostgreSQL major {major}");
+    for sql in [
+        "CREATE ROLE dba LOGIN CREATEROLE",
+        "CREATE DATABASE app OWNER dba",
+    ] {
+        sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&mut su).await.unwrap();
+    }
+    // migrate --create-roles needs more than CREATEROLE: the admin is no member of ql3_owner.
+    let app_as = |login: &str| cluster.url_as(login, "app");
+    let out = exe(&app_as("dba"), "5s")
+        .args(["migrate", "--create-roles"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let mut dba = PgConnection::connect(&app_as("dba")).await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(script.to_owned()))
+        .execute(&mut dba)
+        .await
+        .unwrap_or_else(|e| panic!("README setup script on PostgreSQL {major}: {e}"));
+
+    // CREATEROLE rules. 15: the admin is no member of the roles it made. 16+: it holds ADMIN
+    // OPTION on each, but neither SET nor INHERIT (createrole_self_grant is empty by default).
+    if major >= 16 {
+        let row = sqlx::query(
+            "SELECT m.admin_option, m.inherit_option, m.set_option FROM pg_auth_members m
+             WHERE m.roleid = 'ql3_owner'::regrole AND m.member = 'dba'::regrole",
+        )
+        .fetch_one(&mut su)
+        .await
+        .unwrap();
+        assert_eq!(
+            (row.get::<bool, _>(0), row.get::<bool, _>(1), row.get::<bool, _>(2)),
+            (true, false, false),
+            "16+: ADMIN OPTION only"
+        );
+    } else {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM pg_auth_members WHERE roleid = 'ql3_owner'::regrole AND member = 'dba'::regrole",
+        )
+        .fetch_one(&mut su)
+        .await
+        .unwrap();
+        assert_eq!(n, 0, "15: the creator is no member");
+    }
+    // Either way the admin cannot act as the owner without granting itself the role.
+    assert_eq!(attempt(&mut dba, "SET ROLE ql3_owner").await, "42501");
+
+    for login in ["pe_migrator", "pe_executor", "control_plane", "tool_consumer"] {
+        sqlx::query(sqlx::AssertSqlSafe(format!("ALTER ROLE {login} PASSWORD NULL")))
+            .execute(&mut su)
+            .await
+            .unwrap();
+    }
+    succeeds(exe(&app_as("pe_migrator"), "5s").arg("migrate")).await;
+    let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/demo-fixture.json");
+    succeeds(exe(&app_as("control_plane"), "5s").args(["sources", "import", fixture])).await;
+    let out = succeeds(exe(&app_as("pe_executor"), "5s").args(["run", "--json"])).await;
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["published"], 3, "{summary}");
+    let mut consumer = PgConnection::connect(&app_as("tool_consumer")).await.unwrap();
+    assert_eq!(consumer_reads(&mut consumer, "demo-1").await.len(), 1);
+    let setting: Option<String> = sqlx::query_scalar("SELECT current_setting('statement_timeout')")
+        .fetch_optional(&mut consumer)
+        .await
+        .unwrap();
+    assert_eq!(setting.as_deref(), Some("5s"), "login settings apply");
+
+    // MAINTAIN (17+): nobody but the owner may VACUUM, ANALYZE, REINDEX or LOCK the tables.
+    let mut app = PgConnection::connect(&cluster.url("app")).await.unwrap();
+    let check = "SELECT COUNT(*) FROM pg_roles r CROSS JOIN pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                 WHERE n.nspname = 'ql3' AND c.relkind = 'r' AND r.rolname IN
+                   ('pe_executor', 'control_plane', 'tool_consumer', 'ql3_package_executor', 'ql3_control_plane', 'ql3_tool_consumer', 'ql3_worker', 'ql3_api')
+                   AND has_table_privilege(r.oid, c.oid, 'MAINTAIN')";
+    let maintain = sqlx::query_scalar::<_, i64>(check).fetch_one(&mut app).await;
+    if major >= 17 {
+        assert_eq!(maintain.unwrap(), 0, "17+: MAINTAIN stays with the owner");
+        let owner_may: bool = sqlx::query_scalar(
+            "SELECT has_table_privilege('ql3_owner', 'ql3.tool_definition_snapshots', 'MAINTAIN')",
+        )
+        .fetch_one(&mut app)
+        .await
+        .unwrap();
+        assert!(owner_may);
+    } else {
+        let err = maintain.expect_err("15 and 16 have no MAINTAIN privilege");
+        assert!(err.to_string().contains("unrecognized privilege type"), "{err}");
+    }
     cluster.stop("fast");
 }

@@ -37,7 +37,19 @@ pub const LOGINS: [(&str, &str); 6] = [
     ("login_api", "ql3_api"),
 ];
 
+/// The server binaries: `PE_PG_BINDIR` when set (how `scripts/test.sh` runs the suite on a
+/// second major), else `pg_config --bindir`, else the newest `/usr/lib/postgresql/*/bin`.
 fn bindir() -> PathBuf {
+    if let Ok(dir) = std::env::var("PE_PG_BINDIR") {
+        let dir = PathBuf::from(dir);
+        assert!(
+            dir.join("initdb").exists() && dir.join("pg_ctl").exists(),
+            "PE_PG_BINDIR={} has no initdb and pg_ctl: point it at a PostgreSQL bin directory \
+             (`./scripts/test.sh` installs PostgreSQL 18 into .tools/)",
+            dir.display()
+        );
+        return std::fs::canonicalize(&dir).unwrap_or(dir);
+    }
     if let Ok(out) = Command::new("pg_config").arg("--bindir").output() {
         let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
         if dir.join("initdb").exists() {
@@ -63,6 +75,28 @@ fn bindir() -> PathBuf {
              (Debian/Ubuntu) and run the tests again. These tests never skip."
             )
         })
+}
+
+/// The server's version, as `postgres --version` prints it (`postgres (PostgreSQL) 18.6`).
+pub fn server_version(bindir: &Path) -> String {
+    let out = Command::new(bindir.join("postgres"))
+        .arg("--version")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}/postgres: {e}", bindir.display()));
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// With `PE_PG_MAJOR` set (as `scripts/test.sh` does for each pass), the binaries found must be
+/// that major: a pass that claims to test PostgreSQL 18 never quietly runs on 15.
+fn assert_major(bindir: &Path) {
+    if let Ok(major) = std::env::var("PE_PG_MAJOR") {
+        let version = server_version(bindir);
+        assert!(
+            version.contains(&format!(" {major}.")),
+            "PE_PG_MAJOR={major}, but {} is {version:?}",
+            bindir.display()
+        );
+    }
 }
 
 fn is_root() -> bool {
@@ -107,6 +141,7 @@ impl PgCluster {
     /// Creates, starts and watches a new cluster in `dir`.
     pub fn start_in(dir: PathBuf, extra_conf: &str) -> Self {
         let bindir = bindir();
+        assert_major(&bindir);
         let as_root = is_root();
         std::fs::create_dir_all(dir.join("sock")).expect("mkdir");
         if as_root {
