@@ -1,7 +1,7 @@
 //! RFC 8785 (JCS) canonical JSON and the digests taken over it.
 //!
 //! The writer streams straight into a [`Sink`] (a growable buffer or a SHA-256 hasher), so a
-//! digest never needs the canonical bytes materialised. Parsing is strict where SPEC section 3
+//! digest never needs the canonical bytes materialised. Parsing is strict where contract section 3
 //! asks: duplicate member names and lone surrogates are errors, never "last one wins".
 
 use std::fmt;

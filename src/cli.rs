@@ -1,4 +1,4 @@
-//! The command line (SPEC section 10): clap definitions, every flag also readable from the
+//! The command line (contract section 10): clap definitions, every flag also readable from the
 //! environment as `PACKAGE_EXECUTOR_<FLAG>`, then validation into resolved settings.
 
 use std::path::PathBuf;

@@ -1,6 +1,6 @@
 //! Tool identity: the `{source, origin, name}` triple, its reversible canonical string, wildcard
 //! patterns over canonical strings, the model-visible alias and the ledger that keeps aliases and
-//! identities in bijection (SPEC section 4).
+//! identities in bijection (contract section 4).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -252,7 +252,7 @@ pub enum LedgerConflict {
 
 /// Checks a set of `(canonical identity, alias)` pairs for the two ledger violations. Repeats of
 /// one identity (several versions) are fine. All case collisions are looked for before any alias
-/// collision, as SPEC section 6 orders them.
+/// collision, as contract section 6 orders them.
 pub fn check_ledger<'a>(
     entries: impl IntoIterator<Item = (&'a str, &'a str)> + Clone,
 ) -> Result<(), LedgerConflict> {

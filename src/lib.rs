@@ -4,7 +4,8 @@
 //! each immutable package revision one at a time, validates the tool definitions (data only),
 //! and appends a canonical three-digest snapshot to PostgreSQL or SQLite. Replicas converge by
 //! exact replay; consumers read a snapshot only through a proof that it matches the live set.
-//! The contract is SPEC.md; the pure core is `canonical`, `identity`, `revision` and `planner`.
+//! The contract is `docs/contract.md` (section numbers in comments refer to it); the layout is
+//! in `ARCHITECTURE.md`. The pure core is `canonical`, `identity`, `revision` and `planner`.
 
 pub mod canonical;
 pub mod canonical_text;

@@ -1,7 +1,7 @@
 //! Newtypes for the identifiers and digests the executor passes around.
 //!
 //! Each type is a proof that its contents were checked against the source formats of
-//! SPEC section 5, so code further in never re-validates and never confuses one id for another.
+//! contract section 5, so code further in never re-validates and never confuses one id for another.
 
 use std::fmt;
 
@@ -46,7 +46,7 @@ macro_rules! string_newtype {
     };
 }
 
-/// A value that breaks one of the source formats of SPEC section 5.
+/// A value that breaks one of the source formats of contract section 5.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{value:?} is not a valid {what}")]
 pub struct FormatError {

@@ -1,5 +1,5 @@
 //! The pure snapshot planner: active vector + contributions → canonical snapshot or the one
-//! rejection code SPEC section 6 assigns.
+//! rejection code contract section 6 assigns.
 //!
 //! It is driven one package at a time ([`SnapshotBuilder`]) so the coordinator can fetch each
 //! revision alone and drop it before the next, and as a whole ([`plan`]) for tests and tools.

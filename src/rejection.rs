@@ -1,4 +1,4 @@
-//! The fail-closed reason codes of SPEC section 6.
+//! The fail-closed reason codes of contract section 6.
 
 use std::fmt;
 
@@ -7,7 +7,7 @@ use std::fmt;
 pub enum RejectionCode {
     /// More than 128 active packages.
     TooManyPackages,
-    /// A source row breaks the formats of SPEC section 5.
+    /// A source row breaks the formats of contract section 5.
     SourceInvalid,
     /// A generation points at a revision that is not stored.
     RevisionMissing,
@@ -21,7 +21,7 @@ pub enum RejectionCode {
     PackageMismatch,
     /// A definition carries a handler, URL, credential or similar.
     ForbiddenField,
-    /// A definition breaks a rule of SPEC section 5.
+    /// A definition breaks a rule of contract section 5.
     InvalidDefinition,
     /// A definition's namespace is not its package.
     NamespaceViolation,
@@ -40,7 +40,7 @@ pub enum RejectionCode {
 }
 
 impl RejectionCode {
-    /// Every code, in the order of SPEC section 6.
+    /// Every code, in the order of contract section 6.
     pub const ALL: [Self; 16] = [
         Self::TooManyPackages,
         Self::SourceInvalid,

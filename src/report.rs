@@ -1,10 +1,10 @@
-//! Outcomes, the run summary, exit codes and the termination message (SPEC sections 6 and 10).
+//! Outcomes, the run summary, exit codes and the termination message (contract sections 6 and 10).
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-/// Exit codes of SPEC section 10.
+/// Exit codes of contract section 10.
 pub mod exit {
     /// Success.
     pub const OK: i32 = 0;
@@ -93,7 +93,7 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    /// The outcome word of SPEC section 6.
+    /// The outcome word of contract section 6.
     pub fn name(&self) -> &'static str {
         match self {
             Self::Published { .. } => "published",
@@ -281,7 +281,7 @@ impl RunSummary {
         }
     }
 
-    /// The exit code by SPEC precedence (5, 8, 3, 6), given whether the database became
+    /// The exit code by the contract's precedence (5, 8, 3, 6), given whether the database became
     /// unavailable and whether work was left undone (deadline, SIGTERM).
     pub fn decide_exit(&mut self, database_down: bool, left_pending: bool, fail_on_rejected: bool) {
         let total_rejected: u64 = self.rejected.values().sum();

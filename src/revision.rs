@@ -1,4 +1,4 @@
-//! Materialized revision bytes → one package's contribution (SPEC section 5).
+//! Materialized revision bytes → one package's contribution (contract section 5).
 //!
 //! Only `schema`, `package` and `tools` are parsed into memory, strictly; every other member
 //! (resources, files: possibly most of 24 MiB) is skipped as it is read, so a revision's
@@ -148,7 +148,7 @@ fn malformed(package: &str, why: impl fmt::Display) -> Rejection {
 }
 
 /// Parses a revision and validates its definitions against the installation's package name and
-/// the generation's approved permissions. The first failure, in SPEC section 6 order, is returned.
+/// the generation's approved permissions. The first failure, in contract section 6 order, is returned.
 pub fn extract(
     bytes: &[u8],
     package_name: &str,

@@ -1,5 +1,5 @@
 //! The control-plane side, so the product can be used without another system: the fixture
-//! importer (SPEC section 11), activation and removal (SPEC section 7).
+//! importer (contract section 11), activation and removal (contract section 7).
 
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -100,7 +100,7 @@ pub fn parse_fixture(bytes: &[u8]) -> Result<Fixture, StoreError> {
     Ok(fixture)
 }
 
-/// A generation's default digest (SPEC section 11).
+/// A generation's default digest (contract section 11).
 pub fn generation_digest(
     installation_id: &str,
     generation: i64,

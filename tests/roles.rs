@@ -380,7 +380,8 @@ async fn major(conn: &mut PgConnection) -> i32 {
 /// MAINTAIN privilege, the expectations for each are stated.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readme_setup_sql_works_for_a_createrole_admin() {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
     let start = readme
         .find("```sql\n-- 1. the group roles")
         .expect("the README's setup script");
@@ -389,14 +390,19 @@ async fn readme_setup_sql_works_for_a_createrole_admin() {
 
     let dir = std::env::temp_dir().join(format!("pe-roles-admin-{}", std::process::id()));
     let cluster = pg::PgCluster::start_in(dir, "");
-    let mut su = PgConnection::connect(&cluster.url("postgres")).await.unwrap();
+    let mut su = PgConnection::connect(&cluster.url("postgres"))
+        .await
+        .unwrap();
     let major = major(&mut su).await;
     eprintln!("roles: PostgreSQL major {major}");
     for sql in [
         "CREATE ROLE dba LOGIN CREATEROLE",
         "CREATE DATABASE app OWNER dba",
     ] {
-        sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&mut su).await.unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .execute(&mut su)
+            .await
+            .unwrap();
     }
     // migrate --create-roles needs more than CREATEROLE: the admin is no member of ql3_owner.
     let app_as = |login: &str| cluster.url_as(login, "app");
@@ -405,7 +411,12 @@ async fn readme_setup_sql_works_for_a_createrole_admin() {
         .output()
         .await
         .unwrap();
-    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     let mut dba = PgConnection::connect(&app_as("dba")).await.unwrap();
     sqlx::raw_sql(sqlx::AssertSqlSafe(script.to_owned()))
@@ -424,7 +435,11 @@ async fn readme_setup_sql_works_for_a_createrole_admin() {
         .await
         .unwrap();
         assert_eq!(
-            (row.get::<bool, _>(0), row.get::<bool, _>(1), row.get::<bool, _>(2)),
+            (
+                row.get::<bool, _>(0),
+                row.get::<bool, _>(1),
+                row.get::<bool, _>(2)
+            ),
             (true, false, false),
             "16+: ADMIN OPTION only"
         );
@@ -440,11 +455,18 @@ async fn readme_setup_sql_works_for_a_createrole_admin() {
     // Either way the admin cannot act as the owner without granting itself the role.
     assert_eq!(attempt(&mut dba, "SET ROLE ql3_owner").await, "42501");
 
-    for login in ["pe_migrator", "pe_executor", "control_plane", "tool_consumer"] {
-        sqlx::query(sqlx::AssertSqlSafe(format!("ALTER ROLE {login} PASSWORD NULL")))
-            .execute(&mut su)
-            .await
-            .unwrap();
+    for login in [
+        "pe_migrator",
+        "pe_executor",
+        "control_plane",
+        "tool_consumer",
+    ] {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "ALTER ROLE {login} PASSWORD NULL"
+        )))
+        .execute(&mut su)
+        .await
+        .unwrap();
     }
     succeeds(exe(&app_as("pe_migrator"), "5s").arg("migrate")).await;
     let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/demo-fixture.json");
@@ -452,7 +474,9 @@ async fn readme_setup_sql_works_for_a_createrole_admin() {
     let out = succeeds(exe(&app_as("pe_executor"), "5s").args(["run", "--json"])).await;
     let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(summary["published"], 3, "{summary}");
-    let mut consumer = PgConnection::connect(&app_as("tool_consumer")).await.unwrap();
+    let mut consumer = PgConnection::connect(&app_as("tool_consumer"))
+        .await
+        .unwrap();
     assert_eq!(consumer_reads(&mut consumer, "demo-1").await.len(), 1);
     let setting: Option<String> = sqlx::query_scalar("SELECT current_setting('statement_timeout')")
         .fetch_optional(&mut consumer)
@@ -466,7 +490,9 @@ async fn readme_setup_sql_works_for_a_createrole_admin() {
                  WHERE n.nspname = 'ql3' AND c.relkind = 'r' AND r.rolname IN
                    ('pe_executor', 'control_plane', 'tool_consumer', 'ql3_package_executor', 'ql3_control_plane', 'ql3_tool_consumer', 'ql3_worker', 'ql3_api')
                    AND has_table_privilege(r.oid, c.oid, 'MAINTAIN')";
-    let maintain = sqlx::query_scalar::<_, i64>(check).fetch_one(&mut app).await;
+    let maintain = sqlx::query_scalar::<_, i64>(check)
+        .fetch_one(&mut app)
+        .await;
     if major >= 17 {
         assert_eq!(maintain.unwrap(), 0, "17+: MAINTAIN stays with the owner");
         let owner_may: bool = sqlx::query_scalar(
@@ -478,7 +504,10 @@ async fn readme_setup_sql_works_for_a_createrole_admin() {
         assert!(owner_may);
     } else {
         let err = maintain.expect_err("15 and 16 have no MAINTAIN privilege");
-        assert!(err.to_string().contains("unrecognized privilege type"), "{err}");
+        assert!(
+            err.to_string().contains("unrecognized privilege type"),
+            "{err}"
+        );
     }
     cluster.stop("fast");
 }

@@ -1,4 +1,4 @@
-//! The commands of SPEC section 10, each returning its exit code. `main` only parses, sets up
+//! The commands of contract section 10, each returning its exit code. `main` only parses, sets up
 //! logging and maps errors to exit codes.
 
 mod inspect;

@@ -1,4 +1,4 @@
-//! The recovery Job of SPEC section 12, built purely from settings or a template.
+//! The recovery Job of contract section 12, built purely from settings or a template.
 
 use std::collections::BTreeMap;
 

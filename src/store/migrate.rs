@@ -46,7 +46,7 @@ pub const SQLITE: &[Migration] = &[
     migration!("sqlite", 2, "0002_snapshot_tables.sql"),
 ];
 
-/// The six group roles of SPEC section 8.
+/// The six group roles of contract section 8.
 pub const ROLES: [&str; 6] = [
     "ql3_owner",
     "ql3_control_plane",

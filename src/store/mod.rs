@@ -1,4 +1,4 @@
-//! Durable truth: the source and snapshot tables of SPEC section 7 in PostgreSQL or SQLite,
+//! Durable truth: the source and snapshot tables of contract section 7 in PostgreSQL or SQLite,
 //! behind one interface. [`Store`] holds the pool; [`Attempt`] is one connection and one READ
 //! COMMITTED transaction, the unit of work of the coordinator.
 
