@@ -297,6 +297,95 @@ fn chart_lints_validates_and_parses() {
     );
 }
 
+/// `helm template` as a user types it, with no flags: helm's default Kubernetes version must
+/// satisfy the chart's `kubeVersion`.
+#[test]
+fn chart_renders_with_no_flags() {
+    let out = helm(&["template", "charts/package-executor"]);
+    assert!(docs(&out).iter().any(|d| d["kind"] == "Job"));
+}
+
+const TLS_ON: [&str; 12] = [
+    "--set",
+    "database.tls.sslmode=verify-full",
+    "--set",
+    "database.tls.ca.configMap=db-ca",
+    "--set",
+    "database.tls.clientCert.executorSecret=pe-executor-cert",
+    "--set",
+    "database.tls.clientCert.migrateSecret=pe-migrator-cert",
+    "--set",
+    "sweep.enabled=true",
+    "--set",
+    "run.shards=2",
+];
+
+/// Each pod gets the CA bundle and its own job's client certificate, read-only, the key file
+/// mode 0400, and libpq's variables pointing at them.
+fn assert_tls(pod: &PodSpec, cert_secret: &str) {
+    let c = &pod.containers[0];
+    let env: std::collections::BTreeMap<_, _> = c
+        .env
+        .as_ref()
+        .unwrap()
+        .iter()
+        .filter(|e| e.name.starts_with("PGSSL"))
+        .map(|e| (e.name.as_str(), e.value.as_deref().unwrap()))
+        .collect();
+    assert_eq!(env["PGSSLMODE"], "verify-full");
+    assert_eq!(env["PGSSLROOTCERT"], "/etc/package-executor/tls/ca/ca.crt");
+    assert_eq!(env["PGSSLCERT"], "/etc/package-executor/tls/client/client.crt");
+    assert_eq!(env["PGSSLKEY"], "/etc/package-executor/tls/client/client.key");
+    let mounts = c.volume_mounts.as_ref().unwrap();
+    assert_eq!(mounts.len(), 2);
+    assert!(mounts.iter().all(|m| m.read_only == Some(true)));
+    let volumes = pod.volumes.as_ref().unwrap();
+    let ca = volumes.iter().find(|v| v.name == "tls-ca").unwrap();
+    assert_eq!(ca.config_map.as_ref().unwrap().name, "db-ca");
+    let client = volumes.iter().find(|v| v.name == "tls-client").unwrap();
+    let secret = client.secret.as_ref().unwrap();
+    assert_eq!(secret.secret_name.as_deref(), Some(cert_secret));
+    assert_eq!(secret.default_mode, Some(0o400));
+    assert_eq!(
+        pod.security_context.as_ref().unwrap().fs_group,
+        Some(65532),
+        "the non-root user reads the key through its group"
+    );
+}
+
+#[test]
+fn chart_mounts_tls_material_for_each_job() {
+    let mut args = vec![
+        "template",
+        "pe",
+        "charts/package-executor",
+        "--kube-version",
+        KUBE_VERSION,
+    ];
+    args.extend(TLS_ON);
+    helm(&[&["lint", "--strict", "charts/package-executor"][..], &TLS_ON[..]].concat());
+    let out = helm(&args);
+    validate("tls", &out);
+    let d = docs(&out);
+    let recovery: Job = serde_json::from_value(find(&d, "Job", "recovery").clone()).unwrap();
+    assert_tls(
+        recovery.spec.unwrap().template.spec.as_ref().unwrap(),
+        "pe-executor-cert",
+    );
+    let migrate: Job = serde_json::from_value(find(&d, "Job", "migrate").clone()).unwrap();
+    assert_tls(
+        migrate.spec.unwrap().template.spec.as_ref().unwrap(),
+        "pe-migrator-cert",
+    );
+    let cron: CronJob = serde_json::from_value(find(&d, "CronJob", "sweep").clone()).unwrap();
+    let sweep = cron.spec.unwrap().job_template.spec.unwrap();
+    assert_tls(sweep.template.spec.as_ref().unwrap(), "pe-executor-cert");
+
+    // Without TLS values, no PGSSL* variable and no volume: the URL decides alone.
+    let plain = helm(&["template", "pe", "charts/package-executor", "--kube-version", KUBE_VERSION]);
+    assert!(!plain.contains("PGSSL") && !plain.contains("tls-client"));
+}
+
 #[test]
 fn kind_manifests_validate_and_parse() {
     let dir = root().join("manifests");

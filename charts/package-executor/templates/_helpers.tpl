@@ -88,6 +88,13 @@ containers:
         valueFrom:
           fieldRef:
             fieldPath: metadata.namespace
+      {{- with (include "pe.tlsEnv" (dict "root" . "cert" .Values.database.tls.clientCert.executorSecret) | trim) }}
+      {{- . | nindent 6 }}
+      {{- end }}
+    {{- with (include "pe.tlsMounts" (dict "root" . "cert" .Values.database.tls.clientCert.executorSecret) | trim) }}
+    volumeMounts:
+      {{- . | nindent 6 }}
+    {{- end }}
     resources:
       requests:
         cpu: {{ .Values.resources.requests.cpu }}
@@ -97,6 +104,10 @@ containers:
     securityContext:
       {{- toYaml .Values.securityContext | nindent 6 }}
     terminationMessagePolicy: FallbackToLogsOnError
+{{- with (include "pe.tlsVolumes" (dict "root" . "cert" .Values.database.tls.clientCert.executorSecret) | trim) }}
+volumes:
+  {{- . | nindent 2 }}
+{{- end }}
 {{- end -}}
 
 {{/* The Job spec shared by the recovery Job and the sweep. */}}
@@ -129,4 +140,70 @@ template:
       app.kubernetes.io/component: snapshot-recovery
   spec:
     {{- include "pe.runPod" . | nindent 4 }}
+{{- end -}}
+
+
+{{/* TLS environment for a container; call with (dict "root" $ "cert" <client cert Secret name>). */}}
+{{- define "pe.tlsEnv" -}}
+{{- $tls := .root.Values.database.tls -}}
+{{- if $tls.sslmode }}
+- name: PGSSLMODE
+  value: {{ $tls.sslmode | quote }}
+{{- end }}
+{{- if or $tls.ca.configMap $tls.ca.secret }}
+- name: PGSSLROOTCERT
+  value: /etc/package-executor/tls/ca/ca.crt
+{{- end }}
+{{- if .cert }}
+- name: PGSSLCERT
+  value: /etc/package-executor/tls/client/client.crt
+- name: PGSSLKEY
+  value: /etc/package-executor/tls/client/client.key
+{{- end }}
+{{- end -}}
+
+{{/* TLS volume mounts; same argument as pe.tlsEnv. */}}
+{{- define "pe.tlsMounts" -}}
+{{- $tls := .root.Values.database.tls -}}
+{{- if or $tls.ca.configMap $tls.ca.secret }}
+- name: tls-ca
+  mountPath: /etc/package-executor/tls/ca
+  readOnly: true
+{{- end }}
+{{- if .cert }}
+- name: tls-client
+  mountPath: /etc/package-executor/tls/client
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{/* TLS volumes; same argument as pe.tlsEnv. */}}
+{{- define "pe.tlsVolumes" -}}
+{{- $tls := .root.Values.database.tls -}}
+{{- if $tls.ca.configMap }}
+- name: tls-ca
+  configMap:
+    name: {{ $tls.ca.configMap }}
+    items:
+      - key: {{ $tls.ca.key }}
+        path: ca.crt
+{{- else if $tls.ca.secret }}
+- name: tls-ca
+  secret:
+    secretName: {{ $tls.ca.secret }}
+    items:
+      - key: {{ $tls.ca.key }}
+        path: ca.crt
+{{- end }}
+{{- if .cert }}
+- name: tls-client
+  secret:
+    secretName: {{ .cert }}
+    defaultMode: 256   # 0400: read by the owner only
+    items:
+      - key: {{ $tls.clientCert.certKey }}
+        path: client.crt
+      - key: {{ $tls.clientCert.keyKey }}
+        path: client.key
+{{- end }}
 {{- end -}}
