@@ -14,7 +14,9 @@ pub const DEFAULT_DATABASE_URL: &str = "sqlite://package-executor.db";
 #[command(name = "package-executor", version, about, long_about = None)]
 pub struct Cli {
     /// Database URL: postgres://… (cluster) or sqlite://FILE (edge, local).
-    /// Defaults to sqlite://package-executor.db outside Kubernetes.
+    /// Defaults to sqlite://package-executor.db outside Kubernetes. PostgreSQL URLs take
+    /// libpq's sslmode, sslrootcert, sslcert and sslkey (or PGSSLMODE, PGSSLROOTCERT,
+    /// PGSSLCERT, PGSSLKEY); use sslmode=verify-full in production.
     #[arg(long, global = true, env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
     /// Log format on stderr: text on a terminal and JSON otherwise when `auto`.

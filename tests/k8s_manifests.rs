@@ -334,8 +334,14 @@ fn assert_tls(pod: &PodSpec, cert_secret: &str) {
         .collect();
     assert_eq!(env["PGSSLMODE"], "verify-full");
     assert_eq!(env["PGSSLROOTCERT"], "/etc/package-executor/tls/ca/ca.crt");
-    assert_eq!(env["PGSSLCERT"], "/etc/package-executor/tls/client/client.crt");
-    assert_eq!(env["PGSSLKEY"], "/etc/package-executor/tls/client/client.key");
+    assert_eq!(
+        env["PGSSLCERT"],
+        "/etc/package-executor/tls/client/client.crt"
+    );
+    assert_eq!(
+        env["PGSSLKEY"],
+        "/etc/package-executor/tls/client/client.key"
+    );
     let mounts = c.volume_mounts.as_ref().unwrap();
     assert_eq!(mounts.len(), 2);
     assert!(mounts.iter().all(|m| m.read_only == Some(true)));
@@ -363,7 +369,13 @@ fn chart_mounts_tls_material_for_each_job() {
         KUBE_VERSION,
     ];
     args.extend(TLS_ON);
-    helm(&[&["lint", "--strict", "charts/package-executor"][..], &TLS_ON[..]].concat());
+    helm(
+        &[
+            &["lint", "--strict", "charts/package-executor"][..],
+            &TLS_ON[..],
+        ]
+        .concat(),
+    );
     let out = helm(&args);
     validate("tls", &out);
     let d = docs(&out);
@@ -382,7 +394,13 @@ fn chart_mounts_tls_material_for_each_job() {
     assert_tls(sweep.template.spec.as_ref().unwrap(), "pe-executor-cert");
 
     // Without TLS values, no PGSSL* variable and no volume: the URL decides alone.
-    let plain = helm(&["template", "pe", "charts/package-executor", "--kube-version", KUBE_VERSION]);
+    let plain = helm(&[
+        "template",
+        "pe",
+        "charts/package-executor",
+        "--kube-version",
+        KUBE_VERSION,
+    ]);
     assert!(!plain.contains("PGSSL") && !plain.contains("tls-client"));
 }
 
