@@ -99,6 +99,9 @@ pub enum Command {
         /// Only this project.
         #[arg(long, env = "PACKAGE_EXECUTOR_PROJECT")]
         project: Option<String>,
+        /// Print `{"schema","checked","problems"}` as one JSON line.
+        #[arg(long, env = "PACKAGE_EXECUTOR_JSON")]
+        json: bool,
     },
     /// Control-plane tools: load fixtures, activate generations, remove packages.
     #[command(subcommand)]
@@ -248,6 +251,19 @@ pub struct RunArgs {
     /// Exit 6 when any project was rejected.
     #[arg(long, env = "PACKAGE_EXECUTOR_FAIL_ON_REJECTED")]
     pub fail_on_rejected: bool,
+    /// Push the run's metrics to this Prometheus Pushgateway (POST URL/metrics/job/JOB/shard/I).
+    #[arg(long, env = "PACKAGE_EXECUTOR_METRICS_PUSH_URL")]
+    pub metrics_push_url: Option<String>,
+    /// The `job` grouping key of the push.
+    #[arg(
+        long,
+        default_value = "package_executor",
+        env = "PACKAGE_EXECUTOR_METRICS_JOB"
+    )]
+    pub metrics_job: String,
+    /// Also write the metrics here, atomically (node_exporter's textfile collector).
+    #[arg(long, env = "PACKAGE_EXECUTOR_METRICS_FILE")]
+    pub metrics_file: Option<PathBuf>,
 }
 
 /// Parses a humantime duration (`90s`, `10m`).

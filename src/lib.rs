@@ -14,6 +14,7 @@ pub mod commands;
 pub mod coordinator;
 pub mod identity;
 pub mod k8s;
+pub mod metrics;
 pub mod model;
 pub mod planner;
 pub mod rejection;

@@ -232,6 +232,29 @@ fn json_shapes_match_what_the_binary_prints() {
         .collect();
     assert!(order.windows(2).all(|w| w[0] < w[1]), "{order:?}");
     assert_eq!(rejected["outcome"], "rejected");
+
+    let verify = exe(&db, &["verify", "--json"]);
+    let report = ok_json(&verify);
+    assert_eq!(
+        documented_keys(&json_after(&doc, "json:verify")),
+        printed_keys(&verify)
+    );
+    let documented: Value = serde_json::from_str(&json_after(&doc, "json:verify")).unwrap();
+    assert_eq!(documented["schema"], report["schema"]);
+    assert_eq!(report["problems"], json!([]));
+    let raw = json_after(&doc, "json:verify");
+    let problem = &raw[raw.find("[{").unwrap() + 1..=raw.rfind("}]").unwrap()];
+    assert_eq!(
+        documented_keys(problem),
+        ["projectId", "snapshotDigest", "problem"]
+    );
+}
+
+#[test]
+fn metrics_table_names_what_the_executor_emits() {
+    let doc = contract();
+    let documented = first_column(block_after(&doc, "metrics"));
+    assert_eq!(documented, package_executor::metrics::NAMES);
 }
 
 #[test]

@@ -404,6 +404,120 @@ fn chart_mounts_tls_material_for_each_job() {
     assert!(!plain.contains("PGSSL") && !plain.contains("tls-client"));
 }
 
+const METRICS_ON: [&str; 6] = [
+    "--set",
+    "metrics.pushUrl=http://pushgateway.monitoring:9091",
+    "--set",
+    "metrics.prometheusRule.enabled=true",
+    "--set",
+    "sweep.enabled=true",
+];
+
+/// The PrometheusRule renders only where its API exists, is well formed, and its expressions
+/// name only metrics this program emits; the pods get the push URL and may reach it.
+#[test]
+fn chart_pushes_metrics_and_renders_alert_rules() {
+    helm(
+        &[
+            &["lint", "--strict", "charts/package-executor"][..],
+            &METRICS_ON[..],
+        ]
+        .concat(),
+    );
+    let base = [
+        "template",
+        "pe",
+        "charts/package-executor",
+        "--kube-version",
+        KUBE_VERSION,
+    ];
+    let without_api = helm(&[&base[..], &METRICS_ON[..]].concat());
+    assert!(
+        !docs(&without_api)
+            .iter()
+            .any(|d| d["kind"] == "PrometheusRule"),
+        "no PrometheusRule where the API is missing"
+    );
+    let with_api = helm(
+        &[
+            &base[..],
+            &METRICS_ON[..],
+            &["--api-versions", "monitoring.coreos.com/v1/PrometheusRule"][..],
+        ]
+        .concat(),
+    );
+    let all = docs(&with_api);
+    // The Kubernetes schemas do not know the CRD: validate everything else strictly, and the
+    // rule's structure here.
+    let others: Vec<&Value> = all
+        .iter()
+        .filter(|d| d["kind"] != "PrometheusRule")
+        .collect();
+    let yaml: String = others
+        .iter()
+        .map(|d| format!("---\n{}", serde_norway::to_string(d).unwrap()))
+        .collect();
+    validate("metrics", &yaml);
+    let rule = find(&all, "PrometheusRule", "pe");
+    assert_eq!(rule["apiVersion"], "monitoring.coreos.com/v1");
+    let rules = rule["spec"]["groups"][0]["rules"].as_array().unwrap();
+    let alerts: Vec<&str> = rules.iter().map(|r| r["alert"].as_str().unwrap()).collect();
+    assert_eq!(
+        alerts,
+        [
+            "PackageExecutorRunFailed",
+            "PackageExecutorProjectsUnresolved",
+            "PackageExecutorReplayMismatch",
+            "PackageExecutorNoRecentSuccess"
+        ]
+    );
+    for r in rules {
+        let expr = r["expr"].as_str().unwrap();
+        assert!(r["labels"]["severity"].is_string());
+        assert!(
+            r["annotations"]["summary"].is_string() && r["annotations"]["description"].is_string()
+        );
+        let mut named = 0;
+        for (i, _) in expr.match_indices("package_executor_") {
+            let name: String = expr[i..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            assert!(
+                package_executor::metrics::NAMES.contains(&name.as_str()),
+                "{expr} names {name}, which the executor does not emit"
+            );
+            named += 1;
+        }
+        assert!(named > 0, "{expr} names a metric");
+    }
+    let recovery: Job = serde_json::from_value(find(&all, "Job", "recovery").clone()).unwrap();
+    let env = recovery.spec.unwrap().template.spec.unwrap().containers[0]
+        .env
+        .clone()
+        .unwrap();
+    let value = |name: &str| {
+        env.iter()
+            .find(|e| e.name == name)
+            .and_then(|e| e.value.clone())
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        value("PACKAGE_EXECUTOR_METRICS_PUSH_URL"),
+        "http://pushgateway.monitoring:9091"
+    );
+    assert_eq!(value("PACKAGE_EXECUTOR_METRICS_JOB"), "package_executor");
+    let policy = find(&all, "NetworkPolicy", "pe");
+    assert!(
+        policy["spec"]["egress"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["ports"][0]["port"] == 9091),
+        "the pods may reach the Pushgateway"
+    );
+}
+
 #[test]
 fn kind_manifests_validate_and_parse() {
     let dir = root().join("manifests");

@@ -511,3 +511,55 @@ async fn readme_setup_sql_works_for_a_createrole_admin() {
     }
     cluster.stop("fast");
 }
+
+/// `verify --json` finds nothing on a clean database, and names the project, the snapshot and
+/// the problem after the owner tampered with a stored document behind disabled triggers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_json_reports_a_snapshot_tampered_by_the_owner() {
+    let url = pg::fresh_db().await;
+    let admin = connect(&url).await;
+    import(&admin, DEMO).await;
+    let exec_url = pg::as_login(&url, "login_executor");
+    succeeds(exe(&exec_url, "5s").args(["run"])).await;
+    let out = succeeds(exe(&exec_url, "5s").args(["verify", "--json"])).await;
+    let clean: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(clean["schema"], "package-executor/verify@v1");
+    assert_eq!(clean["checked"], 3);
+    assert_eq!(clean["problems"], serde_json::json!([]));
+
+    let mut owner = PgConnection::connect(&pg::as_login(&url, "login_owner"))
+        .await
+        .unwrap();
+    for sql in [
+        "SET ROLE ql3_owner",
+        "ALTER TABLE ql3.tool_definition_snapshots DISABLE TRIGGER USER",
+        "UPDATE ql3.tool_definition_snapshots SET canonical_json = convert_to(replace(convert_from(canonical_json, 'UTF8'), 'demo-1', 'demo-X'), 'UTF8') WHERE project_id = 'demo-1'",
+        "ALTER TABLE ql3.tool_definition_snapshots ENABLE ALWAYS TRIGGER tool_definition_snapshots_append_only",
+        "ALTER TABLE ql3.tool_definition_snapshots ENABLE ALWAYS TRIGGER tool_definition_snapshots_no_truncate",
+    ] {
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .execute(&mut owner)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+    let out = exe(&exec_url, "5s")
+        .args(["verify", "--json"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(5),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["checked"], 3);
+    let problems = report["problems"].as_array().unwrap();
+    assert!(!problems.is_empty());
+    for p in problems {
+        assert_eq!(p["projectId"], "demo-1");
+        assert!(p["snapshotDigest"].as_str().unwrap().starts_with("sha256:"));
+        assert!(!p["problem"].as_str().unwrap().is_empty());
+    }
+}

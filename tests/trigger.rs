@@ -278,3 +278,45 @@ async fn wait_times_out_with_124() {
     hold_tx.send(()).ok();
     server.await.unwrap();
 }
+
+/// A run's summary becomes an `events.k8s.io/v1` Event on its Job; a refusal (RBAC) is logged
+/// and the run carries on.
+#[tokio::test]
+async fn run_summary_is_an_events_v1_event_on_the_job() {
+    use package_executor::k8s::events::record_with;
+    for status in [StatusCode::CREATED, StatusCode::FORBIDDEN] {
+        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let client = Client::new(service, "ns");
+        let summary = r#"{"schema":"package-executor/run-summary@v1","exitCode":3}"#;
+        let record = tokio::spawn(async move {
+            record_with(client, "ns", "package-executor-abc", true, summary).await;
+        });
+        let (body, _, send) = expect(
+            &mut handle,
+            Method::POST,
+            "/apis/events.k8s.io/v1/namespaces/ns/events",
+        )
+        .await;
+        assert_eq!(body["apiVersion"], "events.k8s.io/v1");
+        assert_eq!(body["kind"], "Event");
+        assert_eq!(body["reason"], "RunSummary");
+        assert_eq!(body["action"], "Run");
+        assert_eq!(body["type"], "Warning");
+        assert_eq!(body["note"], summary);
+        assert_eq!(body["reportingController"], "package-executor");
+        assert!(
+            body["reportingInstance"]
+                .as_str()
+                .is_some_and(|s| !s.is_empty())
+        );
+        assert!(body["eventTime"].is_string());
+        assert_eq!(body["regarding"]["kind"], "Job");
+        assert_eq!(body["regarding"]["apiVersion"], "batch/v1");
+        assert_eq!(body["regarding"]["name"], "package-executor-abc");
+        send.send_response(json(status, &body));
+        tokio::time::timeout(Duration::from_secs(5), record)
+            .await
+            .expect("recording returns")
+            .expect("no panic");
+    }
+}

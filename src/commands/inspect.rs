@@ -131,11 +131,29 @@ pub async fn explain(cli: &Cli, project: &str) -> anyhow::Result<i32> {
     Ok(exit::OK)
 }
 
-/// `verify [--project P]`.
-pub async fn verify(cli: &Cli, project: Option<&str>) -> anyhow::Result<i32> {
+/// One problem `verify --json` reports.
+#[derive(Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct VerifyProblem {
+    project_id: String,
+    snapshot_digest: String,
+    problem: String,
+}
+
+/// The one line `verify --json` prints.
+#[derive(Debug, serde::Serialize)]
+struct VerifyReport {
+    schema: &'static str,
+    checked: u64,
+    problems: Vec<VerifyProblem>,
+}
+
+/// `verify [--project P] [--json]`.
+pub async fn verify(cli: &Cli, project: Option<&str>, json: bool) -> anyhow::Result<i32> {
     let store = connect_migrated(cli, 1).await?;
     let mut after = 0i64;
     let (mut checked, mut bad) = (0u64, 0u64);
+    let mut found = Vec::new();
     loop {
         let mut a = store.begin().await?;
         let page = a.snapshot_page(after, project).await?;
@@ -149,17 +167,34 @@ pub async fn verify(cli: &Cli, project: Option<&str>) -> anyhow::Result<i32> {
                 bad += 1;
                 for p in problems {
                     tracing::error!(project_id = %s.project_id, snapshot_id = s.snapshot_id, problem = %p, "snapshot does not verify");
-                    println!(
-                        "FAIL {} snapshot {} ({}): {p}",
-                        s.project_id, s.snapshot_id, s.snapshot_digest
-                    );
+                    if json {
+                        found.push(VerifyProblem {
+                            project_id: s.project_id.clone(),
+                            snapshot_digest: s.snapshot_digest.clone(),
+                            problem: p.to_string(),
+                        });
+                    } else {
+                        println!(
+                            "FAIL {} snapshot {} ({}): {p}",
+                            s.project_id, s.snapshot_id, s.snapshot_digest
+                        );
+                    }
                 }
             }
         }
     }
-    println!(
-        "verified {checked} snapshots: {} ok, {bad} failed",
-        checked - bad
-    );
+    if json {
+        let report = VerifyReport {
+            schema: "package-executor/verify@v1",
+            checked,
+            problems: found,
+        };
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        println!(
+            "verified {checked} snapshots: {} ok, {bad} failed",
+            checked - bad
+        );
+    }
     Ok(if bad > 0 { exit::INTEGRITY } else { exit::OK })
 }

@@ -2,6 +2,7 @@
 //! logging and maps errors to exit codes.
 
 mod inspect;
+mod progress;
 mod run;
 mod tools;
 mod trigger;
@@ -46,7 +47,7 @@ pub async fn execute(cli: Cli) -> anyhow::Result<i32> {
         } => run::publish(&cli, project, *json, *max_attempts, *memory_budget).await,
         Command::Current { project, json } => inspect::current(&cli, project, *json).await,
         Command::Explain { project } => inspect::explain(&cli, project).await,
-        Command::Verify { project } => inspect::verify(&cli, project.as_deref()).await,
+        Command::Verify { project, json } => inspect::verify(&cli, project.as_deref(), *json).await,
         Command::Sources(cmd) => {
             let store = connect_migrated(&cli, 2).await?;
             match cmd {

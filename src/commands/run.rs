@@ -7,43 +7,15 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
+use super::progress::{LogProgress, Progress};
+
 use crate::cli::{Cli, RunArgs, resolve_shard};
-use crate::coordinator::{Coordinator, LogObserver, Observer, RunReport, RunSettings, Stop};
+use crate::coordinator::{Coordinator, LogObserver, RunReport, RunSettings, Stop};
 use crate::report::{Outcome, PublishResult, RunSummary, Shard, exit};
 use crate::sources;
 use crate::store::{Dialect, StoreError};
 
 use super::{connect, connect_migrated};
-
-/// A spinner with running counts on a terminal; structured logs for everything else.
-struct Progress {
-    bar: ProgressBar,
-    counts: Mutex<RunSummary>,
-}
-
-impl Observer for Progress {
-    fn outcome(&self, project_id: &str, o: &Outcome) {
-        if let Ok(mut c) = self.counts.lock() {
-            c.count(o);
-            c.projects_scanned += 1;
-            self.bar.set_message(format!(
-                "{} done: {} published, {} replayed, {} current, {} rejected, {} pending",
-                c.projects_scanned,
-                c.published,
-                c.replayed,
-                c.already_current,
-                c.rejected.values().sum::<u64>(),
-                c.unresolved.values().sum::<u64>() + c.claimed_elsewhere
-            ));
-        }
-        if matches!(
-            o,
-            Outcome::Rejected { .. } | Outcome::Unresolved { .. } | Outcome::Integrity { .. }
-        ) {
-            self.bar.suspend(|| LogObserver.outcome(project_id, o));
-        }
-    }
-}
 
 fn progress_wanted(cli: &Cli) -> bool {
     std::io::stderr().is_terminal() && cli.log_format != crate::cli::LogFormat::Json
@@ -87,10 +59,13 @@ async fn run_coordinator(
         bar.finish_and_clear();
         report
     } else {
-        let observer = LogObserver;
-        Coordinator::new(store.clone(), settings, stop, &observer)
+        let observer = std::sync::Arc::new(LogProgress::default());
+        let ticker = LogProgress::tick_every(observer.clone(), Duration::from_secs(10));
+        let report = Coordinator::new(store.clone(), settings, stop, &*observer)
             .run()
-            .await
+            .await;
+        ticker.abort();
+        report
     };
     store.close().await;
     report
@@ -180,6 +155,16 @@ pub async fn run(cli: &Cli, args: &RunArgs) -> anyhow::Result<i32> {
             s
         }
     };
+    let sinks = crate::metrics::Sinks {
+        push_url: args.metrics_push_url.clone(),
+        job: args.metrics_job.clone(),
+        file: args.metrics_file.clone(),
+    };
+    // Metrics never change the outcome: a failed push or write is a warning, here and below.
+    let metric_warnings = sinks.deliver(&summary).await;
+    for w in &metric_warnings {
+        tracing::warn!(warning = %w, "metrics not delivered; the run's exit code is unchanged");
+    }
     let line = summary.to_json();
     if let Some(path) = summary_path(args.summary_file.as_deref())
         && let Err(e) = std::fs::write(&path, &line)
@@ -190,6 +175,9 @@ pub async fn run(cli: &Cli, args: &RunArgs) -> anyhow::Result<i32> {
         println!("{line}");
     } else {
         print_human(&summary);
+        for w in &metric_warnings {
+            println!("  warning: {w} (the exit code is the run's own)");
+        }
     }
     tracing::info!(summary = %line, exit_code = summary.exit_code, "run summary");
     if crate::cli::in_kubernetes()

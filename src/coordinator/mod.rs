@@ -67,6 +67,12 @@ impl Default for RunSettings {
 pub trait Observer: Send + Sync {
     /// A project's outcome for this pass.
     fn outcome(&self, project_id: &str, outcome: &Outcome);
+
+    /// `n` more projects were handed to the workers (one page of a pass).
+    fn listed(&self, _n: usize) {}
+
+    /// A pass has handed out every project it will: what is listed is all the work left.
+    fn listing_done(&self) {}
 }
 
 /// An observer that logs one structured event per outcome.
@@ -235,13 +241,16 @@ impl<'a> Coordinator<'a> {
             if let Some(last) = page.last() {
                 cursor.clone_from(last);
             }
-            for p in page {
-                if self.crew.settings.shard.owns(&p) && !skip.contains(&p) {
-                    attempted += 1;
-                    // Closed only when every worker is gone, which cannot happen first.
-                    if sender.send(p).await.is_err() {
-                        return Ok((false, attempted, pages));
-                    }
+            let mine: Vec<String> = page
+                .into_iter()
+                .filter(|p| self.crew.settings.shard.owns(p) && !skip.contains(p))
+                .collect();
+            self.observer.listed(mine.len());
+            for p in mine {
+                attempted += 1;
+                // Closed only when every worker is gone, which cannot happen first.
+                if sender.send(p).await.is_err() {
+                    return Ok((false, attempted, pages));
                 }
             }
             if !full {
@@ -283,6 +292,7 @@ impl<'a> Coordinator<'a> {
                 attempted += n;
                 pages += read;
             }
+            self.observer.listing_done();
             Ok::<_, StoreError>((finished, attempted, pages))
         };
         let work = async move {

@@ -1,8 +1,42 @@
 //! A run inside a pod records its summary as an Event on its own Job, where RBAC allows.
 
-use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Api, PostParams};
+
+/// The Event a run records on its Job (`events.k8s.io/v1`): reason `RunSummary`, action `Run`,
+/// the summary line as its note (the API caps notes at 1 kB), `Warning` unless the run exited 0.
+pub fn run_event(
+    namespace: &str,
+    job: &str,
+    instance: &str,
+    warning: bool,
+    message: &str,
+) -> Event {
+    Event {
+        metadata: ObjectMeta {
+            generate_name: Some(format!("{job}-")),
+            namespace: Some(namespace.into()),
+            ..ObjectMeta::default()
+        },
+        regarding: Some(ObjectReference {
+            api_version: Some("batch/v1".into()),
+            kind: Some("Job".into()),
+            name: Some(job.into()),
+            namespace: Some(namespace.into()),
+            ..ObjectReference::default()
+        }),
+        reason: Some("RunSummary".into()),
+        action: Some("Run".into()),
+        note: Some(message.chars().take(1024).collect()),
+        type_: Some(if warning { "Warning" } else { "Normal" }.into()),
+        event_time: Some(MicroTime(k8s_openapi::jiff::Timestamp::now())),
+        reporting_controller: Some("package-executor".into()),
+        reporting_instance: Some(instance.into()),
+        ..Event::default()
+    }
+}
 
 /// Records `message` on Job `job` in `namespace`; logs and carries on when it cannot.
 pub async fn record_on_job(namespace: &str, job: &str, warning: bool, message: &str) {
@@ -13,38 +47,19 @@ pub async fn record_on_job(namespace: &str, job: &str, warning: bool, message: &
             return;
         }
     };
-    let now = k8s_openapi::jiff::Timestamp::now();
-    let event = Event {
-        metadata: ObjectMeta {
-            generate_name: Some(format!("{job}-")),
-            namespace: Some(namespace.into()),
-            ..ObjectMeta::default()
-        },
-        involved_object: ObjectReference {
-            api_version: Some("batch/v1".into()),
-            kind: Some("Job".into()),
-            name: Some(job.into()),
-            namespace: Some(namespace.into()),
-            ..ObjectReference::default()
-        },
-        reason: Some("RunSummary".into()),
-        message: Some(message.chars().take(1024).collect()),
-        type_: Some(if warning { "Warning" } else { "Normal" }.into()),
-        source: Some(EventSource {
-            component: Some("package-executor".into()),
-            host: None,
-        }),
-        first_timestamp: Some(Time(now)),
-        last_timestamp: Some(Time(now)),
-        event_time: Some(MicroTime(now)),
-        reporting_component: Some("package-executor".into()),
-        reporting_instance: Some(
-            std::env::var("HOSTNAME").unwrap_or_else(|_| "package-executor".into()),
-        ),
-        action: Some("Run".into()),
-        count: Some(1),
-        ..Event::default()
-    };
+    record_with(client, namespace, job, warning, message).await;
+}
+
+/// [`record_on_job`] through a given client (tests use kube's mock service).
+pub async fn record_with(
+    client: kube::Client,
+    namespace: &str,
+    job: &str,
+    warning: bool,
+    message: &str,
+) {
+    let instance = std::env::var("HOSTNAME").unwrap_or_else(|_| "package-executor".into());
+    let event = run_event(namespace, job, &instance, warning, message);
     let api: Api<Event> = Api::namespaced(client, namespace);
     if let Err(e) = api.create(&PostParams::default(), &event).await {
         tracing::warn!(error = %e, "cannot record the run summary as an Event (RBAC?); carrying on");

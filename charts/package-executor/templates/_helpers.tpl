@@ -76,6 +76,12 @@ containers:
         value: {{ .Values.run.maxAttempts | quote }}
       - name: PACKAGE_EXECUTOR_FINAL_PROBES
         value: {{ .Values.run.finalProbes | quote }}
+      {{- if .Values.metrics.pushUrl }}
+      - name: PACKAGE_EXECUTOR_METRICS_PUSH_URL
+        value: {{ .Values.metrics.pushUrl | quote }}
+      - name: PACKAGE_EXECUTOR_METRICS_JOB
+        value: {{ .Values.metrics.job | quote }}
+      {{- end }}
       {{- if gt (int .Values.run.shards) 1 }}
       - name: PACKAGE_EXECUTOR_SHARD_COUNT
         value: {{ .Values.run.shards | quote }}
