@@ -292,10 +292,18 @@ pub fn write_number<S: Sink>(f: f64, out: &mut S) {
 /// the parser; this only keeps the parser's recursion bounded.
 pub fn check_utf8_and_depth(bytes: &[u8], limit: usize) -> Result<&str, JsonError> {
     let text = std::str::from_utf8(bytes).map_err(|e| JsonError::NotUtf8(e.to_string()))?;
+    match too_deep_at(bytes, limit) {
+        Some(_) => Err(JsonError::TooDeep(limit)),
+        None => Ok(text),
+    }
+}
+
+/// The offset of the first `[` or `{` (outside strings) that nests deeper than `limit`.
+fn too_deep_at(bytes: &[u8], limit: usize) -> Option<usize> {
     let mut depth = 0usize;
     let mut in_string = false;
     let mut escaped = false;
-    for &b in bytes {
+    for (i, &b) in bytes.iter().enumerate() {
         if in_string {
             if escaped {
                 escaped = false;
@@ -311,20 +319,31 @@ pub fn check_utf8_and_depth(bytes: &[u8], limit: usize) -> Result<&str, JsonErro
             b'[' | b'{' => {
                 depth += 1;
                 if depth > limit {
-                    return Err(JsonError::TooDeep(limit));
+                    return Some(i);
                 }
             }
             b']' | b'}' => depth = depth.saturating_sub(1),
             _ => {}
         }
     }
-    Ok(text)
+    None
 }
 
 /// Parses one JSON document strictly: duplicate member names, lone surrogates, numbers beyond
 /// the range of a double and trailing content are errors. Nesting is limited to `max_depth`.
+/// The first problem in the text is the one reported, as the text canonicalizer reports it: a
+/// syntax error before the bracket that nests too deep wins over the depth.
 pub fn parse_strict(bytes: &[u8], max_depth: usize) -> Result<Value, JsonError> {
-    let text = check_utf8_and_depth(bytes, max_depth)?;
+    let text = std::str::from_utf8(bytes).map_err(|e| JsonError::NotUtf8(e.to_string()))?;
+    if let Some(at) = too_deep_at(bytes, max_depth) {
+        // Brackets are ASCII, so `at` is a character boundary; the prefix nests within the limit.
+        let mut de = serde_json::Deserializer::from_str(&text[..at]);
+        de.disable_recursion_limit();
+        return match StrictValue.deserialize(&mut de).and_then(|_| de.end()) {
+            Err(e) if !e.is_eof() => Err(syntax(e)),
+            _ => Err(JsonError::TooDeep(max_depth)),
+        };
+    }
     let mut de = serde_json::Deserializer::from_str(text);
     de.disable_recursion_limit();
     let value = StrictValue.deserialize(&mut de).map_err(syntax)?;
@@ -439,6 +458,41 @@ mod tests {
         let mut v = Vec::new();
         write_number(f, &mut v);
         String::from_utf8(v).unwrap_or_default()
+    }
+
+    /// Found by the `canonical` fuzz target: invalid text that also nests too deep further on
+    /// was "too deep" here but a syntax error in the text canonicalizer. The first problem wins.
+    #[test]
+    fn a_syntax_error_before_deep_nesting_is_a_syntax_error() {
+        let deep = format!("T{}", "{".repeat(200));
+        assert!(matches!(
+            parse_strict(deep.as_bytes(), 128),
+            Err(JsonError::Syntax(_))
+        ));
+        assert!(matches!(
+            crate::canonical_text::to_vec(&deep, 128),
+            Err(JsonError::Syntax(_))
+        ));
+        // Valid up to the bracket that nests too deep: too deep in both.
+        let valid_prefix = format!("{}1", "[".repeat(200));
+        assert!(matches!(
+            parse_strict(valid_prefix.as_bytes(), 128),
+            Err(JsonError::TooDeep(128))
+        ));
+        assert!(matches!(
+            crate::canonical_text::to_vec(&valid_prefix, 128),
+            Err(JsonError::TooDeep(_))
+        ));
+        // Trailing content before the deep part is a syntax error in both too.
+        let trailing = format!("1 {}", "[".repeat(200));
+        assert!(matches!(
+            parse_strict(trailing.as_bytes(), 128),
+            Err(JsonError::Syntax(_))
+        ));
+        assert!(matches!(
+            crate::canonical_text::to_vec(&trailing, 128),
+            Err(JsonError::Syntax(_))
+        ));
     }
 
     #[test]
