@@ -336,8 +336,10 @@ fn too_deep_at(bytes: &[u8], limit: usize) -> Option<usize> {
 pub fn parse_strict(bytes: &[u8], max_depth: usize) -> Result<Value, JsonError> {
     let text = std::str::from_utf8(bytes).map_err(|e| JsonError::NotUtf8(e.to_string()))?;
     if let Some(at) = too_deep_at(bytes, max_depth) {
-        // Brackets are ASCII, so `at` is a character boundary; the prefix nests within the limit.
-        let mut de = serde_json::Deserializer::from_str(&text[..at]);
+        // Brackets are ASCII, so `at + 1` is a character boundary, and the prefix nests one
+        // level past the limit at most. The bracket itself is included: where no value may
+        // start, it is the syntax error.
+        let mut de = serde_json::Deserializer::from_str(&text[..=at]);
         de.disable_recursion_limit();
         return match StrictValue.deserialize(&mut de).and_then(|_| de.end()) {
             Err(e) if !e.is_eof() => Err(syntax(e)),
@@ -482,6 +484,16 @@ mod tests {
         assert!(matches!(
             crate::canonical_text::to_vec(&valid_prefix, 128),
             Err(JsonError::TooDeep(_))
+        ));
+        // The bracket that nests too deep stands where no value may: a syntax error in both.
+        let misplaced = format!("{}1{{", "[".repeat(128));
+        assert!(matches!(
+            parse_strict(misplaced.as_bytes(), 128),
+            Err(JsonError::Syntax(_))
+        ));
+        assert!(matches!(
+            crate::canonical_text::to_vec(&misplaced, 128),
+            Err(JsonError::Syntax(_))
         ));
         // Trailing content before the deep part is a syntax error in both too.
         let trailing = format!("1 {}", "[".repeat(200));
