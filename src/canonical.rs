@@ -495,6 +495,17 @@ mod tests {
             crate::canonical_text::to_vec(&misplaced, 128),
             Err(JsonError::Syntax(_))
         ));
+        // A duplicate name read before the deep part is the first problem in both (the third
+        // finding of the fuzz target: the text path compares names when an object closes).
+        let duplicate = format!("{{\"b\":1,\"a\":2,\"b\":3,\"c\":{}", "[".repeat(200));
+        assert!(matches!(
+            parse_strict(duplicate.as_bytes(), 128),
+            Err(JsonError::Syntax(_))
+        ));
+        assert!(matches!(
+            crate::canonical_text::to_vec(&duplicate, 128),
+            Err(JsonError::Syntax(_))
+        ));
         // Trailing content before the deep part is a syntax error in both too.
         let trailing = format!("1 {}", "[".repeat(200));
         assert!(matches!(

@@ -388,6 +388,32 @@ impl Canon<'_> {
         }
     }
 
+    /// The members of the open object that starts at `base`, in canonical order.
+    fn sorted_members(&self, base: usize) -> Vec<Member> {
+        let mut order: Vec<Member> = self.members[base..].to_vec();
+        let utf16 = order.iter().any(|m| m.slow);
+        order.sort_by_cached_key(|m| self.key_of(m, utf16).into_owned());
+        order
+    }
+
+    /// The duplicate-name error for the first equal neighbours of sorted members, if any.
+    fn first_equal(&self, order: &[Member]) -> Option<JsonError> {
+        order
+            .windows(2)
+            .find(|w| self.compare(&w[0], &w[1]) == Ordering::Equal)
+            .map(|w| {
+                err(format!(
+                    "duplicate member name {:?}",
+                    String::from_utf8_lossy(&self.out[w[0].key.0..w[0].key.1])
+                ))
+            })
+    }
+
+    /// A duplicate name among the members read so far of the open object at `base`.
+    fn duplicate_among(&self, base: usize) -> Option<JsonError> {
+        self.first_equal(&self.sorted_members(base))
+    }
+
     fn object(&mut self) -> Result<(), JsonError> {
         self.enter()?;
         self.out.push(b'{');
@@ -412,7 +438,15 @@ impl Canon<'_> {
                 }
                 self.pos += 1;
                 self.out.push(b':');
-                self.value()?;
+                if let Err(e) = self.value() {
+                    // The value path reports a duplicate name as soon as it is read; here names
+                    // are compared when the object closes. So that both report the first
+                    // problem, a too-deep value after a duplicate reports the duplicate.
+                    return Err(match e {
+                        JsonError::TooDeep(_) => self.duplicate_among(base).unwrap_or(e),
+                        e => e,
+                    });
+                }
                 let m = Member {
                     start,
                     key,
@@ -447,17 +481,9 @@ impl Canon<'_> {
             }
         }
         if !sorted {
-            let mut order: Vec<Member> = self.members[base..].to_vec();
-            let utf16 = order.iter().any(|m| m.slow);
-            order.sort_by_cached_key(|m| self.key_of(m, utf16).into_owned());
-            if let Some(w) = order
-                .windows(2)
-                .find(|w| self.compare(&w[0], &w[1]) == Ordering::Equal)
-            {
-                return Err(err(format!(
-                    "duplicate member name {:?}",
-                    String::from_utf8_lossy(&self.out[w[0].key.0..w[0].key.1])
-                )));
+            let order = self.sorted_members(base);
+            if let Some(e) = self.first_equal(&order) {
+                return Err(e);
             }
             let first = self.members[base].start;
             self.scratch.clear();

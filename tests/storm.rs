@@ -401,7 +401,10 @@ async fn storm(seed: u64, seconds: u64) {
             socket_url.clone(),
         );
         tasks.push(tokio::spawn(async move {
+            // Paced, so that a refused connection (the server is down) is no busy loop.
+            let mut tick = tokio::time::interval(Duration::from_millis(10));
             while !stop.load(Ordering::SeqCst) {
+                tick.tick().await;
                 let p = rng.lock().unwrap().below(PROJECTS as u64);
                 if let Some(hit) = consumer_check(&url, &format!("p{p:05}"), seed).await {
                     counts.consumer_checks.fetch_add(1, Ordering::Relaxed);
