@@ -506,6 +506,16 @@ mod tests {
             crate::canonical_text::to_vec(&duplicate, 128),
             Err(JsonError::Syntax(_))
         ));
+        // Equal names in different open objects are no duplicate (the fourth finding).
+        let nested = format!("{{\"a\":1,\"b\":{{\"a\":2,\"c\":{}", "[".repeat(200));
+        assert!(matches!(
+            parse_strict(nested.as_bytes(), 128),
+            Err(JsonError::TooDeep(128))
+        ));
+        assert!(matches!(
+            crate::canonical_text::to_vec(&nested, 128),
+            Err(JsonError::TooDeep(_))
+        ));
         // Trailing content before the deep part is a syntax error in both too.
         let trailing = format!("1 {}", "[".repeat(200));
         assert!(matches!(

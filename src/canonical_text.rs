@@ -388,7 +388,7 @@ impl Canon<'_> {
         }
     }
 
-    /// The members of the open object that starts at `base`, in canonical order.
+    /// The members of the object that starts at `base`, all read, in canonical order.
     fn sorted_members(&self, base: usize) -> Vec<Member> {
         let mut order: Vec<Member> = self.members[base..].to_vec();
         let utf16 = order.iter().any(|m| m.slow);
@@ -409,15 +409,20 @@ impl Canon<'_> {
             })
     }
 
-    /// A duplicate name among the members read so far of the open object at `base`.
-    fn duplicate_among(&self, base: usize) -> Option<JsonError> {
-        self.first_equal(&self.sorted_members(base))
+    /// A duplicate name among the first `read` members of the open object at `base` (the
+    /// members after them belong to objects nested in its current value).
+    fn duplicate_among(&self, base: usize, read: usize) -> Option<JsonError> {
+        let mut order: Vec<Member> = self.members[base..base + read].to_vec();
+        let utf16 = order.iter().any(|m| m.slow);
+        order.sort_by_cached_key(|m| self.key_of(m, utf16).into_owned());
+        self.first_equal(&order)
     }
 
     fn object(&mut self) -> Result<(), JsonError> {
         self.enter()?;
         self.out.push(b'{');
         let base = self.members.len();
+        let mut read = 0;
         let mut sorted = true;
         self.ws();
         if self.t.get(self.pos) == Some(&b'}') {
@@ -443,7 +448,7 @@ impl Canon<'_> {
                     // are compared when the object closes. So that both report the first
                     // problem, a too-deep value after a duplicate reports the duplicate.
                     return Err(match e {
-                        JsonError::TooDeep(_) => self.duplicate_among(base).unwrap_or(e),
+                        JsonError::TooDeep(_) => self.duplicate_among(base, read).unwrap_or(e),
                         e => e,
                     });
                 }
@@ -466,6 +471,7 @@ impl Canon<'_> {
                     }
                 }
                 self.members.push(m);
+                read += 1;
                 self.ws();
                 match self.t.get(self.pos) {
                     Some(b',') => {
