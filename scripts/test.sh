@@ -16,6 +16,15 @@ if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq postgresql >/dev/null
 fi
 
+# iproute2 (`ip netns`) for the storm test's network partitions.
+if ! command -v ip >/dev/null 2>&1; then
+  echo "ip not found: installing iproute2" >&2
+  SUDO=""
+  [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq iproute2 >/dev/null
+fi
+
 # helm (for the chart tests) and kubernetes-validate (offline Kubernetes schemas), into .tools/.
 mkdir -p .tools/bin
 if [ ! -x .tools/bin/helm ] && ! command -v helm >/dev/null 2>&1; then
