@@ -506,6 +506,16 @@ mod tests {
             crate::canonical_text::to_vec(&duplicate, 128),
             Err(JsonError::Syntax(_))
         ));
+        // The duplicate name whose own value nests too deep (the fifth finding).
+        let own = format!("{{\"a\":1,\"a\":{}", "[".repeat(200));
+        assert!(matches!(
+            parse_strict(own.as_bytes(), 128),
+            Err(JsonError::Syntax(_))
+        ));
+        assert!(matches!(
+            crate::canonical_text::to_vec(&own, 128),
+            Err(JsonError::Syntax(_))
+        ));
         // Equal names in different open objects are no duplicate (the fourth finding).
         let nested = format!("{{\"a\":1,\"b\":{{\"a\":2,\"c\":{}", "[".repeat(200));
         assert!(matches!(

@@ -410,9 +410,11 @@ impl Canon<'_> {
     }
 
     /// A duplicate name among the first `read` members of the open object at `base` (the
-    /// members after them belong to objects nested in its current value).
-    fn duplicate_among(&self, base: usize, read: usize) -> Option<JsonError> {
+    /// members after them belong to objects nested in its current value) and `current`, the
+    /// member whose value is being read.
+    fn duplicate_among(&self, base: usize, read: usize, current: Member) -> Option<JsonError> {
         let mut order: Vec<Member> = self.members[base..base + read].to_vec();
+        order.push(current);
         let utf16 = order.iter().any(|m| m.slow);
         order.sort_by_cached_key(|m| self.key_of(m, utf16).into_owned());
         self.first_equal(&order)
@@ -445,10 +447,18 @@ impl Canon<'_> {
                 self.out.push(b':');
                 if let Err(e) = self.value() {
                     // The value path reports a duplicate name as soon as it is read; here names
-                    // are compared when the object closes. So that both report the first
-                    // problem, a too-deep value after a duplicate reports the duplicate.
+                    // are compared after their values. So that both report the first problem,
+                    // a too-deep value after (or of) a duplicate name reports the duplicate.
+                    let current = Member {
+                        start,
+                        key,
+                        end: start,
+                        slow,
+                    };
                     return Err(match e {
-                        JsonError::TooDeep(_) => self.duplicate_among(base, read).unwrap_or(e),
+                        JsonError::TooDeep(_) => {
+                            self.duplicate_among(base, read, current).unwrap_or(e)
+                        }
                         e => e,
                     });
                 }
