@@ -1,7 +1,7 @@
 //! The run's figures in the Prometheus text format (contract section 10, "Metrics"): encoded
 //! here from the run summary alone, so the numbers a dashboard shows are the numbers the
 //! termination message shows. A Job lives too briefly to be scraped, so the text is pushed to
-//! a Pushgateway ([`push`]) and/or written for node_exporter's textfile collector ([`file`]).
+//! a Pushgateway ([`push`]) and/or written for node_exporter's textfile collector ([`mod@file`]).
 //! Metrics never change a run's outcome: failures are reported to the caller as text.
 
 pub mod file;
