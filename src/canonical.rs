@@ -462,80 +462,47 @@ mod tests {
         String::from_utf8(v).unwrap_or_default()
     }
 
-    /// Found by the `canonical` fuzz target: invalid text that also nests too deep further on
-    /// was "too deep" here but a syntax error in the text canonicalizer. The first problem wins.
+    /// The error class both canonicalizers give for `text` (which must be an error in both).
+    fn classes(text: &str) -> (&'static str, &'static str) {
+        let class = |r: Result<Vec<u8>, JsonError>| match r {
+            Err(JsonError::Syntax(_)) => "syntax",
+            Err(JsonError::TooDeep(_)) => "too-deep",
+            Err(JsonError::NotUtf8(_)) => "not-utf8",
+            Ok(_) => "accepted",
+        };
+        (
+            class(parse_strict(text.as_bytes(), 128).map(|v| to_vec(&v))),
+            class(crate::canonical_text::to_vec(text, 128)),
+        )
+    }
+
+    /// Found by the `canonical` fuzz target: for invalid text that also nests deeper than the
+    /// limit, the two canonicalizers must report the first problem in the text, so the same class.
     #[test]
-    fn a_syntax_error_before_deep_nesting_is_a_syntax_error() {
-        let deep = format!("T{}", "{".repeat(200));
-        assert!(matches!(
-            parse_strict(deep.as_bytes(), 128),
-            Err(JsonError::Syntax(_))
-        ));
-        assert!(matches!(
-            crate::canonical_text::to_vec(&deep, 128),
-            Err(JsonError::Syntax(_))
-        ));
-        // Valid up to the bracket that nests too deep: too deep in both.
-        let valid_prefix = format!("{}1", "[".repeat(200));
-        assert!(matches!(
-            parse_strict(valid_prefix.as_bytes(), 128),
-            Err(JsonError::TooDeep(128))
-        ));
-        assert!(matches!(
-            crate::canonical_text::to_vec(&valid_prefix, 128),
-            Err(JsonError::TooDeep(_))
-        ));
-        // The bracket that nests too deep stands where no value may: a syntax error in both.
-        let misplaced = format!("{}1{{", "[".repeat(128));
-        assert!(matches!(
-            parse_strict(misplaced.as_bytes(), 128),
-            Err(JsonError::Syntax(_))
-        ));
-        assert!(matches!(
-            crate::canonical_text::to_vec(&misplaced, 128),
-            Err(JsonError::Syntax(_))
-        ));
-        // A duplicate name read before the deep part is the first problem in both (the third
-        // finding of the fuzz target: the text path compares names when an object closes).
-        let duplicate = format!("{{\"b\":1,\"a\":2,\"b\":3,\"c\":{}", "[".repeat(200));
-        assert!(matches!(
-            parse_strict(duplicate.as_bytes(), 128),
-            Err(JsonError::Syntax(_))
-        ));
-        assert!(matches!(
-            crate::canonical_text::to_vec(&duplicate, 128),
-            Err(JsonError::Syntax(_))
-        ));
-        // The duplicate name whose own value nests too deep (the fifth finding).
-        let own = format!("{{\"a\":1,\"a\":{}", "[".repeat(200));
-        assert!(matches!(
-            parse_strict(own.as_bytes(), 128),
-            Err(JsonError::Syntax(_))
-        ));
-        assert!(matches!(
-            crate::canonical_text::to_vec(&own, 128),
-            Err(JsonError::Syntax(_))
-        ));
-        // Equal names in different open objects are no duplicate (the fourth finding).
-        let nested = format!("{{\"a\":1,\"b\":{{\"a\":2,\"c\":{}", "[".repeat(200));
-        assert!(matches!(
-            parse_strict(nested.as_bytes(), 128),
-            Err(JsonError::TooDeep(128))
-        ));
-        assert!(matches!(
-            crate::canonical_text::to_vec(&nested, 128),
-            Err(JsonError::TooDeep(_))
-        ));
-        // Trailing content before the deep part is a syntax error in both too.
-        let trailing = format!("1 {}", "[".repeat(200));
-        assert!(matches!(
-            parse_strict(trailing.as_bytes(), 128),
-            Err(JsonError::Syntax(_))
-        ));
-        assert!(matches!(
-            crate::canonical_text::to_vec(&trailing, 128),
-            Err(JsonError::Syntax(_))
-        ));
+    fn the_first_problem_wins_over_deep_nesting_in_both_canonicalizers() {
+        let deep = "[".repeat(200);
+        for (text, want) in [
+            // 1: a syntax error before the deep part.
+            (format!("T{}", "{".repeat(200)), "syntax"),
+            // Valid up to the bracket that nests too deep.
+            (format!("{deep}1"), "too-deep"),
+            // 2: the too-deep bracket stands where no value may.
+            (format!("{}1{{", "[".repeat(128)), "syntax"),
+            // 3: a duplicate name read before the deep part (names are compared late in the
+            // text path).
+            (format!("{{\"b\":1,\"a\":2,\"b\":3,\"c\":{deep}"), "syntax"),
+            // 5: a duplicate name whose own value nests too deep.
+            (format!("{{\"a\":1,\"a\":{deep}"), "syntax"),
+            // 4: equal names in different open objects are no duplicate.
+            (
+                format!("{{\"a\":1,\"b\":{{\"a\":2,\"c\":{deep}"),
+                "too-deep",
+            ),
+            // Trailing content before the deep part.
+            (format!("1 {deep}"), "syntax"),
+        ] {
+            assert_eq!(classes(&text), (want, want), "{text:.60}");
+        }
     }
 
     #[test]

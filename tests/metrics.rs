@@ -5,6 +5,8 @@
 //! The text is parsed with `prometheus-parse`, a strict parser of the text format.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "support/db.rs"]
+mod db;
 #[path = "support/fixtures.rs"]
 mod fixtures;
 
@@ -121,13 +123,8 @@ async fn database(dir: &Path, fixture: &Path) -> String {
 }
 
 async fn exe(url: &str, args: &[&str]) -> Output {
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_package-executor"));
-    cmd.args(args)
-        .env("DATABASE_URL", url)
-        .env("PACKAGE_EXECUTOR_LOG_FORMAT", "json")
-        .env_remove("KUBERNETES_SERVICE_HOST")
-        .env_remove("JOB_COMPLETION_INDEX")
-        .kill_on_drop(true);
+    let mut cmd = db::exe(url, "5s");
+    cmd.args(args);
     tokio::time::timeout(Duration::from_secs(120), cmd.output())
         .await
         .expect("the command ends")
