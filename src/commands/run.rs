@@ -155,6 +155,14 @@ pub async fn run(cli: &Cli, args: &RunArgs) -> anyhow::Result<i32> {
             s
         }
     };
+    // The termination message first: it must be written even if the pod is stopped while the
+    // metrics are still being pushed.
+    let line = summary.to_json();
+    if let Some(path) = summary_path(args.summary_file.as_deref())
+        && let Err(e) = std::fs::write(&path, &line)
+    {
+        tracing::warn!(path = %path.display(), error = %e, "cannot write the summary file");
+    }
     let sinks = crate::metrics::Sinks {
         push_url: args.metrics_push_url.clone(),
         job: args.metrics_job.clone(),
@@ -164,12 +172,6 @@ pub async fn run(cli: &Cli, args: &RunArgs) -> anyhow::Result<i32> {
     let metric_warnings = sinks.deliver(&summary).await;
     for w in &metric_warnings {
         tracing::warn!(warning = %w, "metrics not delivered; the run's exit code is unchanged");
-    }
-    let line = summary.to_json();
-    if let Some(path) = summary_path(args.summary_file.as_deref())
-        && let Err(e) = std::fs::write(&path, &line)
-    {
-        tracing::warn!(path = %path.display(), error = %e, "cannot write the summary file");
     }
     if args.json {
         println!("{line}");
