@@ -252,20 +252,12 @@ async fn storm_of_crashes_kills_and_partitions() {
         .unwrap_or(60);
     eprintln!("storm: seed {seed} (replay with PE_STORM_SEED={seed}), {seconds} s");
     assert!(
-        pg_is_root(),
+        pg::is_root(),
         "the storm test needs root for network namespaces (ip netns); CI runs as root"
     );
     tokio::time::timeout(Duration::from_secs(seconds + 240), storm(seed, seconds))
         .await
         .unwrap_or_else(|_| panic!("seed {seed}: the storm did not finish in time"));
-}
-
-fn pg_is_root() -> bool {
-    StdCommand::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| o.stdout.starts_with(b"0\n"))
-        .unwrap_or(false)
 }
 
 async fn storm(seed: u64, seconds: u64) {

@@ -68,7 +68,7 @@ pub trait Observer: Send + Sync {
     /// A project's outcome for this pass.
     fn outcome(&self, project_id: &str, outcome: &Outcome);
 
-    /// `n` more projects were handed to the workers (one page of a pass).
+    /// `n` more projects were handed to the workers.
     fn listed(&self, _n: usize) {}
 
     /// A pass has handed out every project it will: what is listed is all the work left.
@@ -241,16 +241,14 @@ impl<'a> Coordinator<'a> {
             if let Some(last) = page.last() {
                 cursor.clone_from(last);
             }
-            let mine: Vec<String> = page
-                .into_iter()
-                .filter(|p| self.crew.settings.shard.owns(p) && !skip.contains(p))
-                .collect();
-            self.observer.listed(mine.len());
-            for p in mine {
-                attempted += 1;
-                // Closed only when every worker is gone, which cannot happen first.
-                if sender.send(p).await.is_err() {
-                    return Ok((false, attempted, pages));
+            for p in page {
+                if self.crew.settings.shard.owns(&p) && !skip.contains(&p) {
+                    attempted += 1;
+                    self.observer.listed(1);
+                    // Closed only when every worker is gone, which cannot happen first.
+                    if sender.send(p).await.is_err() {
+                        return Ok((false, attempted, pages));
+                    }
                 }
             }
             if !full {

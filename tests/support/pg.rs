@@ -99,7 +99,8 @@ fn assert_major(bindir: &Path) {
     }
 }
 
-fn is_root() -> bool {
+/// Whether the tests run as root (the servers then run as the `postgres` OS user).
+pub fn is_root() -> bool {
     Command::new("id")
         .arg("-u")
         .output()
