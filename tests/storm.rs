@@ -68,6 +68,7 @@ fn sh(args: &[&str]) {
 /// The server's network namespace and the veth pair to it; removed on drop.
 struct Netns {
     name: String,
+    near_end: String,
     far_end: String,
     server_ip: String,
 }
@@ -83,6 +84,7 @@ impl Netns {
         sh(&["ip", "netns", "add", &name]);
         let ns = Self {
             name: name.clone(),
+            near_end: near.clone(),
             far_end: far.clone(),
             server_ip: server_ip.clone(),
         };
@@ -113,6 +115,29 @@ impl Netns {
             &self.far_end,
             if up { "up" } else { "down" },
         ]);
+    }
+
+    /// Heals the link for good before the final run: brings it up, forgets the host's neighbour
+    /// entries (an address resolution started during the partition can still fail after the link
+    /// is up, and fails every connection queued behind it with "No route to host"), then waits,
+    /// bounded, until a TCP connection to the server succeeds.
+    fn heal_and_reach(&self, port: u16) {
+        self.link(true);
+        let _ = StdCommand::new("ip")
+            .args(["neigh", "flush", "dev", &self.near_end])
+            .status();
+        let addr: std::net::SocketAddr = format!("{}:{port}", self.server_ip).parse().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)) {
+                Ok(_) => return,
+                Err(e) if Instant::now() < deadline => {
+                    eprintln!("storm: waiting for {addr} after healing: {e}");
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                Err(e) => panic!("{addr} still unreachable 30 s after healing the link: {e}"),
+            }
+        }
     }
 }
 
@@ -431,6 +456,7 @@ async fn storm(seed: u64, seconds: u64) {
                 if let Some(pid) = victim {
                     let _ = StdCommand::new("kill")
                         .args(["-KILL", &pid.to_string()])
+                        .stderr(std::process::Stdio::null())
                         .status();
                     counts.kills.fetch_add(1, Ordering::Relaxed);
                 }
@@ -453,11 +479,14 @@ async fn storm(seed: u64, seconds: u64) {
     for pid in replicas.lock().unwrap().iter().flatten() {
         let _ = StdCommand::new("kill")
             .args(["-KILL", &pid.to_string()])
+            // A replica that already exited is fine: "No such process" is not news.
+            .stderr(std::process::Stdio::null())
             .status();
     }
     for t in tasks {
         t.await.unwrap();
     }
+    ns.heal_and_reach(cluster.port);
     let report = format!(
         "seed {seed}: {} crashes, {} replica kills, {} partitions, {} replica runs, {} activations, {} consumer checks ({} returned a snapshot)",
         counts.crashes.load(Ordering::Relaxed),
