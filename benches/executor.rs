@@ -439,42 +439,50 @@ async fn time_pending(store: &Store) -> Duration {
     median(times)
 }
 
-async fn bench_rss(bin: &PathBuf, dir: &std::path::Path) {
-    let url = fresh_sqlite(dir, "rss.db").await;
-    let store = connect(&url).await;
+/// The 3 GiB project: 128 packages whose revisions are 24 MiB each, nearly all of it in the
+/// ignored `files` member. The same revisions on both dialects.
+fn big_revision(k: usize) -> (String, Vec<u8>) {
     let limit = 24 * 1024 * 1024;
-    exec(&store, "INSERT INTO projects VALUES ('big')".into()).await;
-    for k in 0..128 {
-        let name = format!("big{k:03}.pkg");
-        let head = r#"{"files":""#;
-        let tail = format!(
-            r#"","package":{{"name":"{name}","version":"1.0.0"}},"schema":"qinglong/materialized-revision@v1","tools":[{{"inputSchema":{{"type":"object"}},"name":"t","version":"1.0.0"}}]}}"#
-        );
-        let mut bytes = Vec::with_capacity(limit);
-        bytes.extend_from_slice(head.as_bytes());
-        bytes.resize(limit - tail.len(), b'x');
-        bytes.extend_from_slice(tail.as_bytes());
+    let name = format!("big{k:03}.pkg");
+    let head = r#"{"files":""#;
+    let tail = format!(
+        r#"","package":{{"name":"{name}","version":"1.0.0"}},"schema":"qinglong/materialized-revision@v1","tools":[{{"inputSchema":{{"type":"object"}},"name":"t","version":"1.0.0"}}]}}"#
+    );
+    let mut bytes = Vec::with_capacity(limit);
+    bytes.extend_from_slice(head.as_bytes());
+    bytes.resize(limit - tail.len(), b'x');
+    bytes.extend_from_slice(tail.as_bytes());
+    (name, bytes)
+}
+
+/// Inserts package `k` of the project `big` with plain statements, on either pool.
+macro_rules! insert_big {
+    ($pool:expr, $prefix:expr, $k:expr) => {{
+        let (name, bytes) = big_revision($k);
         let rd = Digest::of(&bytes);
         let lock = Digest::of(b"");
-        let inst = format!("big-{k}");
+        let inst = format!("big-{}", $k);
         let gd =
             package_executor::sources::generation_digest(&inst, 1, lock.as_str(), rd.as_str(), &[]);
-        let pool = store.sqlite_pool().unwrap();
-        let mut tx = pool.begin().await.unwrap();
-        sqlx::query("INSERT INTO package_installations VALUES ($1, 'big', $2, NULL)")
+        let mut tx = $pool.begin().await.unwrap();
+        if $prefix == "ql3." {
+            sqlx::query("SET CONSTRAINTS ALL DEFERRED").execute(&mut *tx).await.unwrap();
+        }
+        let q = |t: &str| AssertSqlSafe(t.replace("ql3.", $prefix));
+        sqlx::query(q("INSERT INTO ql3.package_installations (installation_id, project_id, package_name, active_generation) VALUES ($1, 'big', $2, 1)"))
             .bind(&inst)
             .bind(&name)
             .execute(&mut *tx)
             .await
             .unwrap();
-        sqlx::query("INSERT INTO materialized_revisions VALUES ($1, $2, $3)")
+        sqlx::query(q("INSERT INTO ql3.materialized_revisions (revision_digest, content, byte_length) VALUES ($1, $2, $3)"))
             .bind(rd.as_str())
             .bind(&bytes)
             .bind(bytes.len() as i64)
             .execute(&mut *tx)
             .await
             .unwrap();
-        sqlx::query("INSERT INTO package_generations VALUES ($1, 1, 'active', $2, $3, $4, '[]')")
+        sqlx::query(q("INSERT INTO ql3.package_generations (installation_id, generation, status, generation_digest, lock_digest, revision_digest, approved_permissions) VALUES ($1, 1, 'active', $2, $3, $4, '[]')"))
             .bind(&inst)
             .bind(gd.as_str())
             .bind(lock.as_str())
@@ -482,39 +490,72 @@ async fn bench_rss(bin: &PathBuf, dir: &std::path::Path) {
             .execute(&mut *tx)
             .await
             .unwrap();
-        sqlx::query(
-            "UPDATE package_installations SET active_generation = 1 WHERE installation_id = $1",
-        )
-        .bind(&inst)
-        .execute(&mut *tx)
-        .await
-        .unwrap();
         tx.commit().await.unwrap();
-    }
-    store.close().await;
+    }};
+}
+
+/// Peak RSS and wall time of one command, from `/usr/bin/time -v`.
+fn measured(
+    bin: &PathBuf,
+    url: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (String, String, String) {
     let out = Command::new("/usr/bin/time")
         .arg("-v")
         .arg(bin)
-        .args(["publish", "big", "--json"])
-        .env("DATABASE_URL", &url)
+        .args(args)
+        .env("DATABASE_URL", url)
+        .env("PACKAGE_EXECUTOR_LOG", "error")
+        .envs(env.iter().copied())
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    let rss = stderr
-        .lines()
-        .find(|l| l.contains("Maximum resident set size"))
-        .unwrap_or("?");
-    let wall = stderr
-        .lines()
-        .find(|l| l.contains("Elapsed (wall clock)"))
-        .unwrap_or("?");
-    println!(
-        "[rss/sqlite] publish of 128 packages x 24 MiB revisions: {} -> {}; {}; {}",
+    let find = |needle: &str| {
+        stderr
+            .lines()
+            .find(|l| l.contains(needle))
+            .map_or("?".to_owned(), |l| l.trim().to_owned())
+    };
+    let rss = find("Maximum resident set size");
+    let wall = find("Elapsed (wall clock)");
+    let result = format!(
+        "{} -> {}",
         String::from_utf8_lossy(&out.stdout).trim(),
-        out.status,
-        rss.trim(),
-        wall.trim()
+        out.status
     );
+    if !out.status.success() {
+        println!("    stderr: {}", stderr.trim());
+    }
+    (result, rss, wall)
+}
+
+async fn bench_rss(bin: &PathBuf, dir: &std::path::Path) {
+    for dialect in ["postgres", "sqlite"] {
+        let url = if dialect == "postgres" {
+            fresh_pg("bench_rss").await
+        } else {
+            fresh_sqlite(dir, "rss.db").await
+        };
+        let store = connect(&url).await;
+        exec(
+            &store,
+            "INSERT INTO ql3.projects (project_id) VALUES ('big')".into(),
+        )
+        .await;
+        for k in 0..128 {
+            match (store.pg_pool(), store.sqlite_pool()) {
+                (Some(p), _) => insert_big!(p, "ql3.", k),
+                (_, Some(p)) => insert_big!(p, "", k),
+                _ => unreachable!(),
+            }
+        }
+        store.close().await;
+        let (result, rss, wall) = measured(bin, &url, &["publish", "big", "--json"], &[]);
+        println!(
+            "[rss/{dialect}] publish of 128 packages x 24 MiB revisions: {result}; {rss}; {wall}"
+        );
+    }
 }
 
 fn main() {

@@ -41,7 +41,7 @@ async fn planned(store: &Store, project: &str) -> planner::Snapshot {
             .await
             .unwrap()
             .unwrap();
-        revisions.insert(h.revision_digest.clone(), bytes);
+        revisions.insert(h.revision_digest.clone(), bytes.bytes().unwrap().to_vec());
     }
     a.rollback().await.unwrap();
     planner::plan(project, heads, |d| {
@@ -96,6 +96,7 @@ contract!(
     import_conflicts_abort_everything,
     format_checks_agree_with_the_model,
     open_and_append_steps,
+    import_streams_all_or_nothing_and_idempotent,
 );
 
 async fn import_publish_replay(s: Stores) {
@@ -726,8 +727,9 @@ async fn import_conflicts_abort_everything(s: Stores) {
             1,
         );
     assert_ne!(conflicting, text);
-    let fixture = sources::parse_fixture(conflicting.as_bytes()).unwrap();
-    let err = sources::import(&s.admin, &fixture).await.unwrap_err();
+    let err = sources::import_bytes(&s.admin, conflicting.as_bytes())
+        .await
+        .unwrap_err();
     assert!(err.to_string().contains("immutable"), "{err}");
     assert_eq!(
         scalar(&s.admin, "SELECT COUNT(*) FROM ql3.projects").await,
@@ -736,11 +738,9 @@ async fn import_conflicts_abort_everything(s: Stores) {
     );
     // Missing revision needs a digest; revisionText is stored raw.
     let missing = br#"{"schema":"package-executor/fixture@v1","projects":[{"projectId":"m","packages":[{"packageName":"a","installationId":"m-a","generations":[{"generation":1,"status":"active"}]}]}]}"#;
-    let fixture = sources::parse_fixture(missing).unwrap();
-    assert!(sources::import(&s.admin, &fixture).await.is_err());
+    assert!(sources::import_bytes(&s.admin, missing).await.is_err());
     let raw = br#"{"schema":"package-executor/fixture@v1","projects":[{"projectId":"m","packages":[{"packageName":"a","installationId":"m-a","generations":[{"generation":1,"status":"active","revisionText":"not json"}]}]}]}"#;
-    let fixture = sources::parse_fixture(raw).unwrap();
-    sources::import(&s.admin, &fixture).await.unwrap();
+    sources::import_bytes(&s.admin, raw).await.unwrap();
     assert_eq!(
         publish(&s.exec, "m").await.reason(),
         Some("revision-malformed")
@@ -750,6 +750,104 @@ async fn import_conflicts_abort_everything(s: Stores) {
 
 #[path = "support/fixtures.rs"]
 mod fixtures;
+
+/// Rows in the four source tables.
+async fn source_rows(store: &Store) -> [i64; 4] {
+    let mut out = [0; 4];
+    for (i, t) in [
+        "projects",
+        "package_installations",
+        "package_generations",
+        "materialized_revisions",
+    ]
+    .iter()
+    .enumerate()
+    {
+        out[i] = scalar(store, &format!("SELECT COUNT(*) FROM ql3.{t}")).await;
+    }
+    out
+}
+
+/// A fixture of several batches (400 projects, 4,400 rows) with one more project at the end.
+fn with_last_project(last: serde_json::Value) -> Vec<u8> {
+    let mut f: serde_json::Value =
+        serde_json::from_slice(&fixtures::many_projects(400, 2, 1, 50)).unwrap();
+    f["projects"].as_array_mut().unwrap().push(last);
+    serde_json::to_vec(&f).unwrap()
+}
+
+async fn import_streams_all_or_nothing_and_idempotent(s: Stores) {
+    let late = |package: &str, installation: &str| {
+        serde_json::json!({"projectId": "zz-last", "packages": [{"packageName": package,
+            "installationId": installation, "generations": [{"generation": 1,
+            "status": "active", "revisionText": "{}"}]}]})
+    };
+    // Each bad last project leaves nothing of the 400 before it, and the error names it.
+    let mut broken = with_last_project(late("fine", "zz-i"));
+    broken.truncate(broken.len() - 3);
+    broken.extend_from_slice(b"]}");
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("bad JSON at the end", broken, "not valid JSON"),
+        (
+            "a refused package name",
+            with_last_project(late("Bad Name", "zz-i")),
+            "project zz-last package Bad Name: the database refused the row",
+        ),
+        (
+            "an installation id of another project",
+            with_last_project(late("fine", "p00000-k0")),
+            "project zz-last package fine: installation p00000-k0 already exists for project p00000",
+        ),
+        (
+            "two active generations",
+            with_last_project(serde_json::json!({"projectId": "zz-last", "packages": [
+                {"packageName": "a", "installationId": "zz-a", "generations": [
+                    {"generation": 1, "status": "active", "revisionText": "x"},
+                    {"generation": 2, "status": "active", "revisionText": "y"}]}]})),
+            "more than one generation is active",
+        ),
+    ];
+    for (what, bytes, want) in cases {
+        let err = sources::import_bytes(&s.admin, &bytes).await.unwrap_err();
+        assert!(err.to_string().contains(want), "{what}: {err}");
+        assert_eq!(
+            source_rows(&s.admin).await,
+            [0; 4],
+            "{what}: all or nothing"
+        );
+    }
+    // A good file, then the same file again: the second import changes nothing.
+    let good = with_last_project(late("fine", "zz-i"));
+    let first = sources::import_bytes(&s.admin, &good).await.unwrap();
+    let rows = source_rows(&s.admin).await;
+    // Revisions are shared between projects: four of the 400, and the last one's.
+    assert_eq!(rows, [401, 801, 1601, 5]);
+    assert_eq!(first.projects, 401);
+    assert_eq!(first.inserted as i64, rows.iter().sum::<i64>());
+    let again = sources::import_bytes(&s.admin, &good).await.unwrap();
+    assert_eq!((again.projects, again.inserted), (401, 0));
+    assert_eq!(source_rows(&s.admin).await, rows);
+    // A late conflict with what is stored leaves what is stored, and adds nothing.
+    let changed = String::from_utf8(good)
+        .unwrap()
+        .replace(r#""revisionText":"{}""#, r#""revisionText":"{}","lockDigest":"sha256:0000000000000000000000000000000000000000000000000000000000000000""#);
+    let mut extra: serde_json::Value = serde_json::from_str(&changed).unwrap();
+    extra["projects"]
+        .as_array_mut()
+        .unwrap()
+        .insert(0, late("new", "zz-new"));
+    extra["projects"][0]["projectId"] = "aa-first".into();
+    let err = sources::import_bytes(&s.admin, &serde_json::to_vec(&extra).unwrap())
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains(
+            "project zz-last package fine generation 1: already stored with other digests"
+        ),
+        "{err}"
+    );
+    assert_eq!(source_rows(&s.admin).await, rows);
+}
 
 async fn snapshots_of(store: &Store) -> Vec<(String, String, String, String, Vec<u8>)> {
     let mut a = store.begin().await.unwrap();

@@ -52,11 +52,7 @@ pub async fn execute(cli: Cli) -> anyhow::Result<i32> {
             let store = connect_migrated(&cli, 2).await?;
             match cmd {
                 SourcesCommand::Import { file } => {
-                    let bytes = std::fs::read(file).map_err(|e| {
-                        StoreError::Input(format!("cannot read {}: {e}", file.display()))
-                    })?;
-                    let fixture = sources::parse_fixture(&bytes)?;
-                    let report = sources::import(&store, &fixture).await?;
+                    let report = sources::import_file(&store, file).await?;
                     println!(
                         "imported {} projects from {} ({} rows inserted)",
                         report.projects,

@@ -253,8 +253,7 @@ pub async fn demo(cli: &Cli) -> anyhow::Result<i32> {
         store.dialect(),
         migrated.applied.len()
     );
-    let fixture = sources::parse_fixture(DEMO_FIXTURE)?;
-    let imported = sources::import(&store, &fixture).await?;
+    let imported = sources::import_reader(&store, DEMO_FIXTURE).await?;
     println!(
         "2. imported the example fixture: {} projects ({} new rows)",
         imported.projects, imported.inserted

@@ -224,14 +224,14 @@ async fn build(
         };
         total += bytes.len();
         let (returned, added) = cpu(bytes.len() >= OFFLOAD_BYTES, move || {
-            let added = builder.add_revision(i, &approved, &bytes);
+            let added = bytes.bytes().map(|b| builder.add_revision(i, &approved, b));
             drop(bytes);
             (builder, added)
         })
         .await?;
         builder = returned;
         drop(reservation);
-        if let Err(r) = added {
+        if let Err(r) = added? {
             return Ok(Err(r));
         }
     }

@@ -1,6 +1,8 @@
 //! One attempt: one connection, one READ COMMITTED transaction. Every query the coordinator and
 //! the commands make runs through here, so both dialects share one text per query.
 
+use sqlx::postgres::PgRow;
+use sqlx::sqlite::SqliteRow;
 use sqlx::{AssertSqlSafe, Postgres, Row, Sqlite, Transaction};
 
 use super::queries::{CurrentSnapshot, NewestSnapshot, StoredSnapshot};
@@ -16,6 +18,52 @@ pub enum Attempt<'c> {
     Pg(Transaction<'c, Postgres>),
     /// SQLite.
     Lite(Transaction<'c, Sqlite>),
+}
+
+/// A row of either dialect.
+#[derive(Debug)]
+enum RowOf {
+    Pg(PgRow),
+    Lite(SqliteRow),
+}
+
+/// One revision's bytes, borrowed from the row they arrived in rather than copied out of it.
+///
+/// A revision can be 24 MiB. On PostgreSQL the row's bytes are a slice of the connection's
+/// read buffer, and on SQLite a value SQLite already copied once; decoding into a `Vec<u8>`
+/// would hold the revision a second time for as long as it is parsed.
+#[derive(Debug)]
+pub struct RevisionBytes {
+    row: RowOf,
+    len: usize,
+}
+
+impl RevisionBytes {
+    fn new(row: RowOf) -> Result<Self, StoreError> {
+        let len = match &row {
+            RowOf::Pg(r) => r.try_get::<&[u8], _>(0)?.len(),
+            RowOf::Lite(r) => r.try_get::<&[u8], _>(0)?.len(),
+        };
+        Ok(Self { row, len })
+    }
+
+    /// The bytes.
+    pub fn bytes(&self) -> Result<&[u8], StoreError> {
+        Ok(match &self.row {
+            RowOf::Pg(r) => r.try_get::<&[u8], _>(0)?,
+            RowOf::Lite(r) => r.try_get::<&[u8], _>(0)?,
+        })
+    }
+
+    /// How many bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
 }
 
 /// What appending a snapshot did.
@@ -90,6 +138,14 @@ impl Attempt<'_> {
         Ok(())
     }
 
+    /// Runs one statement of fixed text, without parameters or rows (`SAVEPOINT`, `SET`).
+    pub async fn execute_text(&mut self, text: &'static str) -> Result<(), StoreError> {
+        on_conn!(self, c, _d => {
+            sqlx::query(text).execute(c).await?;
+            Ok(())
+        })
+    }
+
     /// Whether the project row exists.
     pub async fn project_exists(&mut self, project_id: &str) -> Result<bool, StoreError> {
         on_conn!(self, c, d => {
@@ -138,21 +194,24 @@ impl Attempt<'_> {
     }
 
     /// One revision's bytes, fetched alone by a query of its own (`None` when absent or over
-    /// the 24 MiB limit).
+    /// the 24 MiB limit). The bytes stay in the row they arrived in (see [`RevisionBytes`]).
     pub async fn revision_content(
         &mut self,
         revision_digest: &str,
-    ) -> Result<Option<Vec<u8>>, StoreError> {
-        on_conn!(self, c, d => {
-            let row = sqlx::query(for_dialect(d, sql::REVISION_CONTENT))
+    ) -> Result<Option<RevisionBytes>, StoreError> {
+        let row = match self {
+            Attempt::Pg(tx) => sqlx::query(for_dialect(Dialect::Postgres, sql::REVISION_CONTENT))
                 .bind(revision_digest)
-                .fetch_optional(c)
-                .await?;
-            match row {
-                None => Ok(None),
-                Some(r) => Ok(Some(r.try_get("content")?)),
-            }
-        })
+                .fetch_optional(&mut **tx)
+                .await?
+                .map(RowOf::Pg),
+            Attempt::Lite(tx) => sqlx::query(for_dialect(Dialect::Sqlite, sql::REVISION_CONTENT))
+                .bind(revision_digest)
+                .fetch_optional(&mut **tx)
+                .await?
+                .map(RowOf::Lite),
+        };
+        row.map(RevisionBytes::new).transpose()
     }
 
     /// Records a rejection for a project's vector (a second record is ignored).

@@ -19,7 +19,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{PgPool, SqlitePool};
 
 pub(crate) use attempt::on_conn;
-pub use attempt::{Attempt, InsertOutcome};
+pub use attempt::{Attempt, InsertOutcome, RevisionBytes};
 pub use error::StoreError;
 use primary::PgTarget;
 pub use primary::split_hosts;

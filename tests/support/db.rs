@@ -59,8 +59,7 @@ pub async fn scalar(store: &Store, text: &str) -> i64 {
 }
 
 pub async fn import(store: &Store, bytes: &[u8]) -> sources::ImportReport {
-    let fixture = sources::parse_fixture(bytes).expect("fixture");
-    sources::import(store, &fixture).await.expect("import")
+    sources::import_bytes(store, bytes).await.expect("import")
 }
 
 pub fn settings() -> RunSettings {

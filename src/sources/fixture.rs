@@ -1,0 +1,356 @@
+//! The fixture file (contract section 11), read one project at a time.
+//!
+//! A fixture can be hundreds of megabytes. The reader never holds the document: it walks the
+//! top-level object with serde, captures each element of `projects` as raw text, checks that
+//! text strictly (duplicate member names, lone surrogates, depth) and hands the typed project
+//! to the caller before reading the next one. Memory follows the largest project, not the
+//! file.
+
+use std::fmt;
+use std::io::Read;
+
+use serde::Deserialize;
+use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use super::input;
+use crate::canonical::{self, JsonError};
+use crate::store::StoreError;
+
+/// `schema` of a fixture file.
+pub const FIXTURE_SCHEMA: &str = "package-executor/fixture@v1";
+
+/// How deep a fixture may nest, counted from the document (as `canonical::parse_strict` counts).
+const MAX_DEPTH: usize = 256;
+
+/// A whole fixture file, for callers that hold small fixtures in memory (tests, fuzzing).
+#[derive(Debug)]
+pub struct Fixture {
+    /// Always [`FIXTURE_SCHEMA`].
+    pub schema: String,
+    /// Projects, in file order.
+    pub projects: Vec<FixtureProject>,
+}
+
+/// One project of a fixture.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FixtureProject {
+    /// Project id.
+    pub project_id: String,
+    /// Its installations.
+    #[serde(default)]
+    pub packages: Vec<FixturePackage>,
+}
+
+/// One installation of a fixture.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FixturePackage {
+    /// Package name.
+    pub package_name: String,
+    /// Installation id.
+    pub installation_id: String,
+    /// Generations.
+    #[serde(default)]
+    pub generations: Vec<FixtureGeneration>,
+}
+
+/// One generation of a fixture.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FixtureGeneration {
+    /// Generation number.
+    pub generation: i64,
+    /// Lifecycle status.
+    pub status: String,
+    /// Defaults to the digest of the empty string.
+    pub lock_digest: Option<String>,
+    /// Defaults to `[]`, kept in the order given.
+    #[serde(default)]
+    pub approved_permissions: Vec<String>,
+    /// Stored as its JCS bytes.
+    pub revision: Option<Value>,
+    /// Stored as raw UTF-8 bytes.
+    pub revision_text: Option<String>,
+    /// Overrides the revision key and the generation's `revision_digest`.
+    pub revision_digest: Option<String>,
+    /// Overrides the computed generation digest.
+    pub generation_digest: Option<String>,
+}
+
+/// Parses a whole fixture held in memory (the streaming reader, collected).
+pub fn parse_fixture(bytes: &[u8]) -> Result<Fixture, StoreError> {
+    let mut projects = Vec::new();
+    read_fixture(bytes, |p| {
+        projects.push(p);
+        Ok(())
+    })?;
+    Ok(Fixture {
+        schema: FIXTURE_SCHEMA.to_owned(),
+        projects,
+    })
+}
+
+/// Reads a fixture from `reader`, strictly, handing each project to `each` in file order as
+/// soon as it is read; returns how many projects there were. The first error (bad JSON, a
+/// project of the wrong shape, a wrong or missing schema, or an error of `each`) ends the read.
+///
+/// `schema` may follow `projects` in the file; it is checked when it is met, and its absence at
+/// the end. Callers that write as they read must therefore treat the whole read as one unit
+/// (the importer writes in one transaction).
+pub fn read_fixture<R: Read>(
+    reader: R,
+    mut each: impl FnMut(FixtureProject) -> Result<(), StoreError>,
+) -> Result<usize, StoreError> {
+    let mut de = serde_json::Deserializer::from_reader(reader);
+    let mut state = ReadState {
+        each: &mut each,
+        failed: None,
+        projects: 0,
+    };
+    let read = (&mut state)
+        .deserialize(&mut de)
+        .and_then(|found| de.end().map(|()| found));
+    if let Some(e) = state.failed.take() {
+        return Err(e);
+    }
+    let found = read.map_err(|e| input(format!("the fixture is not valid JSON: {e}")))?;
+    match found.schema {
+        None => Err(input(format!(
+            "the fixture has no schema member; expected {FIXTURE_SCHEMA:?}"
+        ))),
+        Some(_) if !found.projects => Err(input(
+            "the fixture has no projects member; give \"projects\": [...]",
+        )),
+        Some(_) => Ok(state.projects),
+    }
+}
+
+/// What the top-level object held.
+struct Found {
+    schema: Option<String>,
+    projects: bool,
+}
+
+struct ReadState<'a, F> {
+    each: &'a mut F,
+    /// The typed error behind a serde error this reader raised itself.
+    failed: Option<StoreError>,
+    projects: usize,
+}
+
+impl<F> ReadState<'_, F> {
+    /// Keeps `e` as the read's error and gives serde one to unwind with.
+    fn fail<E: de::Error>(&mut self, e: StoreError) -> E {
+        let message = e.to_string();
+        self.failed = Some(e);
+        E::custom(message)
+    }
+}
+
+impl<'de, F> DeserializeSeed<'de> for &mut ReadState<'_, F>
+where
+    F: FnMut(FixtureProject) -> Result<(), StoreError>,
+{
+    type Value = Found;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Found, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de, F> Visitor<'de> for &mut ReadState<'_, F>
+where
+    F: FnMut(FixtureProject) -> Result<(), StoreError>,
+{
+    type Value = Found;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "a {FIXTURE_SCHEMA} object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Found, A::Error> {
+        let mut found = Found {
+            schema: None,
+            projects: false,
+        };
+        while let Some(key) = map.next_key::<String>()? {
+            match key.as_str() {
+                "schema" if found.schema.is_none() => {
+                    let schema: String = map.next_value()?;
+                    if schema != FIXTURE_SCHEMA {
+                        return Err(self.fail(input(format!(
+                            "the fixture's schema is {schema:?}; expected {FIXTURE_SCHEMA:?}"
+                        ))));
+                    }
+                    found.schema = Some(schema);
+                }
+                "projects" if !found.projects => {
+                    map.next_value_seed(Projects(&mut *self))?;
+                    found.projects = true;
+                }
+                "schema" | "projects" => {
+                    return Err(de::Error::custom(format_args!("duplicate member {key:?}")));
+                }
+                other => {
+                    return Err(de::Error::custom(format_args!(
+                        "unknown member {other:?}; a fixture has only schema and projects"
+                    )));
+                }
+            }
+        }
+        Ok(found)
+    }
+}
+
+/// The `projects` array, element by element.
+struct Projects<'s, 'a, F>(&'s mut ReadState<'a, F>);
+
+impl<'de, F> DeserializeSeed<'de> for Projects<'_, '_, F>
+where
+    F: FnMut(FixtureProject) -> Result<(), StoreError>,
+{
+    type Value = ();
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de, F> Visitor<'de> for Projects<'_, '_, F>
+where
+    F: FnMut(FixtureProject) -> Result<(), StoreError>,
+{
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an array of projects")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let state = self.0;
+        while let Some(raw) = seq.next_element::<Box<RawValue>>()? {
+            let index = state.projects;
+            let project = typed_project(raw.get(), index).map_err(|e| state.fail(e))?;
+            state.projects += 1;
+            (state.each)(project).map_err(|e| state.fail(e))?;
+        }
+        Ok(())
+    }
+}
+
+/// One project's raw text, checked strictly and typed. The project sits two levels down
+/// (document, array), so its own text may nest two levels less.
+fn typed_project(raw: &str, index: usize) -> Result<FixtureProject, StoreError> {
+    let value = canonical::parse_strict(raw.as_bytes(), MAX_DEPTH - 2).map_err(|e| {
+        // Say the limit as the document counts it.
+        let e = match e {
+            JsonError::TooDeep(_) => JsonError::TooDeep(MAX_DEPTH),
+            other => other,
+        };
+        input(format!(
+            "the fixture is not valid JSON: projects[{index}]: {e}"
+        ))
+    })?;
+    let id = value
+        .get("projectId")
+        .and_then(Value::as_str)
+        .map(|id| format!(" ({id})"))
+        .unwrap_or_default();
+    serde_json::from_value(value).map_err(|e| {
+        input(format!(
+            "the fixture does not have the {FIXTURE_SCHEMA} shape: projects[{index}]{id}: {e}"
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(text: &str) -> Result<Vec<String>, String> {
+        let mut ids = Vec::new();
+        read_fixture(text.as_bytes(), |p| {
+            ids.push(p.project_id);
+            Ok(())
+        })
+        .map(|_| ids)
+        .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn projects_arrive_in_order_and_schema_may_come_last() {
+        let ok = r#"{"projects":[{"projectId":"a"},{"projectId":"b"}],"schema":"package-executor/fixture@v1"}"#;
+        assert_eq!(read(ok).unwrap(), ["a", "b"]);
+    }
+
+    #[test]
+    fn every_departure_from_the_shape_is_refused_with_where() {
+        let cases = [
+            (r#"{"schema":"nope","projects":[]}"#, "schema is \"nope\""),
+            (r#"{"projects":[]}"#, "no schema member"),
+            (
+                r#"{"schema":"package-executor/fixture@v1"}"#,
+                "no projects member",
+            ),
+            (
+                r#"{"schema":"package-executor/fixture@v1","schema":"package-executor/fixture@v1","projects":[]}"#,
+                "duplicate member",
+            ),
+            (
+                r#"{"schema":"package-executor/fixture@v1","projects":[],"extra":1}"#,
+                "unknown member",
+            ),
+            (
+                r#"{"schema":"package-executor/fixture@v1","projects":[{"projectId":"a","projectId":"b"}]}"#,
+                "projects[0]",
+            ),
+            (
+                r#"{"schema":"package-executor/fixture@v1","projects":[{"projectId":"a"},{"projectId":"b","x":1}]}"#,
+                "projects[1] (b)",
+            ),
+            (
+                r#"{"schema":"package-executor/fixture@v1","projects":[]} trailing"#,
+                "not valid JSON",
+            ),
+        ];
+        for (text, want) in cases {
+            let err = read(text).unwrap_err();
+            assert!(err.contains(want), "{text}: {err}");
+        }
+    }
+
+    #[test]
+    fn depth_counts_from_the_document() {
+        let nest = |n: usize| {
+            format!(
+                r#"{{"schema":"package-executor/fixture@v1","projects":[{{"projectId":"a","packages":[{{"packageName":"p","installationId":"i","generations":[{{"generation":1,"status":"active","revision":{}1{}}}]}}]}}]}}"#,
+                "[".repeat(n),
+                "]".repeat(n)
+            )
+        };
+        // Document, projects, project, packages, package, generations, generation: 7 levels
+        // before the revision's own arrays.
+        assert!(read(&nest(MAX_DEPTH - 7)).is_ok());
+        let err = read(&nest(MAX_DEPTH - 6)).unwrap_err();
+        assert!(err.contains("nested deeper than 256 levels"), "{err}");
+    }
+
+    #[test]
+    fn an_error_of_the_caller_ends_the_read_and_is_returned_as_is() {
+        let text = r#"{"schema":"package-executor/fixture@v1","projects":[{"projectId":"a"},{"projectId":"b"}]}"#;
+        let mut seen = 0;
+        let err = read_fixture(text.as_bytes(), |_| {
+            seen += 1;
+            Err(StoreError::Transient("stop".into()))
+        })
+        .unwrap_err();
+        assert_eq!(seen, 1);
+        assert!(
+            matches!(err, StoreError::Transient(ref m) if m == "stop"),
+            "{err:?}"
+        );
+    }
+}

@@ -1,0 +1,687 @@
+//! `sources import`: a fixture streamed into the source tables, in batches, in one transaction.
+//!
+//! A blocking task reads the file one project at a time ([`read_fixture`]), turns each project
+//! into rows (digests computed, the one-active-generation rule checked) and hands batches of a
+//! few thousand rows or a few MiB over a bounded channel; the writer appends each batch with
+//! multi-row statements while the next is read. Memory follows the batch, never the file.
+//!
+//! Everything is written in one transaction, so an import is all or nothing: a bad project at
+//! the end of the file, or a conflict with what is stored, leaves nothing written. Existing rows
+//! are compared on their immutable columns (contract section 11), so importing a file twice
+//! changes nothing.
+//!
+//! A multi-row statement that the database refuses (a format `CHECK`, a second installation of
+//! a package) does not say which row was at fault. Each batch therefore runs under a savepoint:
+//! on a refusal the batch is rolled back to it and written again one row at a time, so the
+//! error names the project, package and generation, as a person fixing the fixture needs.
+
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+use std::io::{BufReader, Read};
+
+use sqlx::{QueryBuilder, Row};
+
+use super::fixture::{FixtureProject, read_fixture};
+use super::{generation_digest, input};
+use crate::canonical;
+use crate::model::Digest;
+use crate::store::{Attempt, Dialect, Store, StoreError};
+
+/// What an import did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ImportReport {
+    /// Projects in the file.
+    pub projects: usize,
+    /// Rows inserted (0 on a repeated import).
+    pub inserted: usize,
+}
+
+/// A batch is handed to the writer once it holds this many rows...
+const BATCH_ROWS: usize = 2_000;
+/// ...or this many revision bytes.
+const BATCH_BYTES: usize = 8 << 20;
+/// Rows per multi-row statement: 7 columns × 1,000 rows stays within both dialects' limits on
+/// bind parameters (65,535 on PostgreSQL, 32,766 on SQLite).
+const ROWS_PER_STATEMENT: usize = 1_000;
+/// Batches read ahead of the writer.
+const BATCHES_AHEAD: usize = 2;
+
+/// Imports a fixture file.
+pub async fn import_file(
+    store: &Store,
+    path: &std::path::Path,
+) -> Result<ImportReport, StoreError> {
+    let file = std::fs::File::open(path)
+        .map_err(|e| input(format!("cannot read {}: {e}", path.display())))?;
+    import_reader(store, file).await
+}
+
+/// Imports a fixture held in memory.
+pub async fn import_bytes(store: &Store, bytes: &[u8]) -> Result<ImportReport, StoreError> {
+    import_reader(store, std::io::Cursor::new(bytes.to_vec())).await
+}
+
+/// Imports a fixture read from `reader`: all or nothing, and idempotent.
+pub async fn import_reader<R: Read + Send + 'static>(
+    store: &Store,
+    reader: R,
+) -> Result<ImportReport, StoreError> {
+    let (batches, mut received) = tokio::sync::mpsc::channel::<Vec<ProjectRows>>(BATCHES_AHEAD);
+    let reading = tokio::task::spawn_blocking(move || {
+        let mut batch = Vec::new();
+        let (mut rows, mut bytes) = (0, 0);
+        let stopped = || StoreError::Other("the import's writer stopped".into());
+        let projects = read_fixture(BufReader::with_capacity(1 << 16, reader), |project| {
+            let p = rows_of(project)?;
+            rows += p.rows();
+            bytes += p.revision_bytes();
+            batch.push(p);
+            if rows >= BATCH_ROWS || bytes >= BATCH_BYTES {
+                (rows, bytes) = (0, 0);
+                batches
+                    .blocking_send(std::mem::take(&mut batch))
+                    .map_err(|_| stopped())?;
+            }
+            Ok(())
+        })?;
+        if !batch.is_empty() {
+            batches.blocking_send(batch).map_err(|_| stopped())?;
+        }
+        Ok::<_, StoreError>(projects)
+    });
+
+    let mut a = store.begin().await?;
+    let written = async {
+        if a.dialect() == Dialect::Postgres {
+            // Heads are inserted pointing at generations written just after them.
+            a.execute_text(
+                "SET CONSTRAINTS ql3.package_installations_active_generation_fkey DEFERRED",
+            )
+            .await?;
+        }
+        let mut inserted = 0;
+        while let Some(batch) = received.recv().await {
+            inserted += write_batch(&mut a, &batch).await?;
+        }
+        Ok::<_, StoreError>(inserted)
+    }
+    .await;
+    // A failed writer closes the channel, so the reader stops at its next batch.
+    drop(received);
+    let read = reading
+        .await
+        .map_err(|e| StoreError::Other(format!("the fixture reader failed: {e}")));
+    match (written, read.and_then(|r| r)) {
+        (Ok(inserted), Ok(projects)) => {
+            a.commit().await?;
+            Ok(ImportReport { projects, inserted })
+        }
+        // The writer's error first: the reader's is then only "the writer stopped".
+        (Err(e), _) | (Ok(_), Err(e)) => {
+            a.rollback().await.ok();
+            Err(e)
+        }
+    }
+}
+
+/// One project's rows, with digests computed and the fixture's own rules checked.
+#[derive(Debug)]
+struct ProjectRows {
+    project_id: String,
+    installations: Vec<InstallationRow>,
+    revisions: Vec<RevisionRow>,
+    generations: Vec<GenerationRow>,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+struct InstallationRow {
+    /// Where it came from, for messages: `project P package N`.
+    at: String,
+    installation_id: String,
+    project_id: String,
+    package_name: String,
+    /// The head of an installation this import creates.
+    active: Option<i64>,
+}
+
+#[derive(Debug)]
+struct RevisionRow {
+    at: String,
+    key: String,
+    /// The digest of `bytes` (the key, unless the fixture overrides it).
+    content_digest: String,
+    bytes: Vec<u8>,
+}
+
+#[derive(Debug)]
+struct GenerationRow {
+    at: String,
+    installation_id: String,
+    generation: i64,
+    status: String,
+    generation_digest: String,
+    lock_digest: String,
+    revision_digest: String,
+    approved_permissions: String,
+}
+
+impl GenerationRow {
+    /// The columns that never change (status moves with activation and is not compared).
+    fn immutable(&self) -> (&str, &str, &str, &str) {
+        (
+            &self.generation_digest,
+            &self.lock_digest,
+            &self.revision_digest,
+            &self.approved_permissions,
+        )
+    }
+}
+
+impl ProjectRows {
+    fn rows(&self) -> usize {
+        1 + self.installations.len() + self.revisions.len() + self.generations.len()
+    }
+
+    fn revision_bytes(&self) -> usize {
+        self.revisions.iter().map(|r| r.bytes.len()).sum()
+    }
+}
+
+/// A project's rows (pure).
+fn rows_of(p: FixtureProject) -> Result<ProjectRows, StoreError> {
+    let mut out = ProjectRows {
+        project_id: p.project_id,
+        installations: Vec::new(),
+        revisions: Vec::new(),
+        generations: Vec::new(),
+    };
+    let empty = Digest::of(b"");
+    for pkg in p.packages {
+        let at = format!("project {} package {}", out.project_id, pkg.package_name);
+        let mut active = None;
+        for g in pkg.generations {
+            let at = format!("{at} generation {}", g.generation);
+            let bytes = match (g.revision, g.revision_text) {
+                (Some(_), Some(_)) => {
+                    return Err(input(format!(
+                        "{at}: give revision or revisionText, not both"
+                    )));
+                }
+                (Some(v), None) => Some(canonical::to_vec(&v)),
+                (None, Some(t)) => Some(t.into_bytes()),
+                (None, None) => None,
+            };
+            let content_digest = bytes.as_deref().map(Digest::of);
+            let revision_digest = match (g.revision_digest, &content_digest) {
+                (Some(d), _) => d,
+                (None, Some(d)) => d.as_str().to_owned(),
+                (None, None) => {
+                    return Err(input(format!(
+                        "{at}: without revision or revisionText, revisionDigest is required"
+                    )));
+                }
+            };
+            if let (Some(bytes), Some(content_digest)) = (bytes, content_digest) {
+                out.revisions.push(RevisionRow {
+                    at: at.clone(),
+                    key: revision_digest.clone(),
+                    content_digest: content_digest.as_str().to_owned(),
+                    bytes,
+                });
+            }
+            let lock_digest = g.lock_digest.unwrap_or_else(|| empty.as_str().to_owned());
+            let generation_digest = g.generation_digest.unwrap_or_else(|| {
+                generation_digest(
+                    &pkg.installation_id,
+                    g.generation,
+                    &lock_digest,
+                    &revision_digest,
+                    &g.approved_permissions,
+                )
+                .as_str()
+                .to_owned()
+            });
+            if g.status == "active" {
+                if active.is_some() {
+                    return Err(input(format!(
+                        "{at}: more than one generation is active; at most one may be"
+                    )));
+                }
+                active = Some(g.generation);
+            }
+            out.generations.push(GenerationRow {
+                at,
+                installation_id: pkg.installation_id.clone(),
+                generation: g.generation,
+                status: g.status,
+                generation_digest,
+                lock_digest,
+                revision_digest,
+                // Serializing strings cannot fail.
+                approved_permissions: serde_json::to_string(&g.approved_permissions)
+                    .unwrap_or_else(|_| "[]".into()),
+            });
+        }
+        out.installations.push(InstallationRow {
+            at,
+            installation_id: pkg.installation_id,
+            project_id: out.project_id.clone(),
+            package_name: pkg.package_name,
+            active,
+        });
+    }
+    Ok(out)
+}
+
+/// Writes one batch under a savepoint; on a refusal, writes it again a row at a time to name
+/// the row. Returns the rows inserted.
+async fn write_batch(a: &mut Attempt<'_>, batch: &[ProjectRows]) -> Result<usize, StoreError> {
+    a.execute_text("SAVEPOINT import_batch").await?;
+    match write_rows(a, batch, ROWS_PER_STATEMENT).await {
+        Ok(n) => {
+            a.execute_text("RELEASE SAVEPOINT import_batch").await?;
+            Ok(n)
+        }
+        Err(StoreError::Other(refused)) => {
+            a.execute_text("ROLLBACK TO SAVEPOINT import_batch").await?;
+            for p in batch {
+                write_rows(a, std::slice::from_ref(p), 1).await?;
+            }
+            // Not expected: the rows went in one at a time but not together.
+            Err(StoreError::Other(format!(
+                "the database refused a batch of the fixture: {refused}"
+            )))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// The rows of `projects`, in statements of at most `per_statement` rows; with one row per
+/// statement, a refusal is named by its row.
+async fn write_rows(
+    a: &mut Attempt<'_>,
+    projects: &[ProjectRows],
+    per_statement: usize,
+) -> Result<usize, StoreError> {
+    let named = |at: &str, e: StoreError| match e {
+        StoreError::Other(m) if per_statement == 1 => input(format!(
+            "{at}: the database refused the row: {m}; fix the fixture"
+        )),
+        other => other,
+    };
+    let mut inserted = 0;
+    for chunk in projects.chunks(per_statement) {
+        let ids: Vec<&str> = chunk.iter().map(|p| p.project_id.as_str()).collect();
+        inserted += insert_projects(a, &ids)
+            .await
+            .map_err(|e| named(&format!("project {}", ids[0]), e))?;
+    }
+    let installations = unique_installations(projects)?;
+    let revisions = unique_revisions(projects)?;
+    let generations = unique_generations(projects)?;
+    for chunk in installations.chunks(per_statement) {
+        inserted += write_installations(a, chunk)
+            .await
+            .map_err(|e| named(&chunk[0].at, e))?;
+    }
+    for chunk in revisions.chunks(per_statement) {
+        inserted += write_revisions(a, chunk)
+            .await
+            .map_err(|e| named(&chunk[0].at, e))?;
+    }
+    for chunk in generations.chunks(per_statement) {
+        inserted += write_generations(a, chunk)
+            .await
+            .map_err(|e| named(&chunk[0].at, e))?;
+    }
+    Ok(inserted)
+}
+
+/// The batch's installations, each once; the same id twice must describe the same row.
+fn unique_installations(projects: &[ProjectRows]) -> Result<Vec<&InstallationRow>, StoreError> {
+    let mut seen: HashMap<&str, &InstallationRow> = HashMap::new();
+    let mut out = Vec::new();
+    for row in projects.iter().flat_map(|p| &p.installations) {
+        match seen.entry(&row.installation_id) {
+            Entry::Vacant(v) => {
+                v.insert(row);
+                out.push(row);
+            }
+            Entry::Occupied(o) => {
+                installation_conflict(row, &o.get().project_id, &o.get().package_name)?
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn installation_conflict(
+    row: &InstallationRow,
+    project: &str,
+    package: &str,
+) -> Result<(), StoreError> {
+    if row.project_id == project && row.package_name == package {
+        return Ok(());
+    }
+    Err(input(format!(
+        "{}: installation {} already exists for project {project} package {package}; \
+         installation ids are immutable, pick another id",
+        row.at, row.installation_id
+    )))
+}
+
+fn unique_revisions(projects: &[ProjectRows]) -> Result<Vec<&RevisionRow>, StoreError> {
+    let mut seen: HashMap<&str, &RevisionRow> = HashMap::new();
+    let mut out = Vec::new();
+    for row in projects.iter().flat_map(|p| &p.revisions) {
+        match seen.entry(&row.key) {
+            Entry::Vacant(v) => {
+                v.insert(row);
+                out.push(row);
+            }
+            Entry::Occupied(o) => revision_conflict(row, &o.get().content_digest)?,
+        }
+    }
+    Ok(out)
+}
+
+fn revision_conflict(row: &RevisionRow, stored_content: &str) -> Result<(), StoreError> {
+    if row.content_digest == stored_content {
+        return Ok(());
+    }
+    Err(input(format!(
+        "{}: revision {} is already stored with other bytes; revisions are immutable",
+        row.at, row.key
+    )))
+}
+
+fn unique_generations(projects: &[ProjectRows]) -> Result<Vec<&GenerationRow>, StoreError> {
+    let mut seen: HashMap<(&str, i64), &GenerationRow> = HashMap::new();
+    let mut out = Vec::new();
+    for row in projects.iter().flat_map(|p| &p.generations) {
+        match seen.entry((&row.installation_id, row.generation)) {
+            Entry::Vacant(v) => {
+                v.insert(row);
+                out.push(row);
+            }
+            Entry::Occupied(o) => generation_conflict(row, o.get().immutable())?,
+        }
+    }
+    Ok(out)
+}
+
+fn generation_conflict(
+    row: &GenerationRow,
+    stored: (&str, &str, &str, &str),
+) -> Result<(), StoreError> {
+    if row.immutable() == stored {
+        return Ok(());
+    }
+    Err(input(format!(
+        "{}: already stored with other digests or permissions; generations are immutable, \
+         add a new generation instead",
+        row.at
+    )))
+}
+
+/// Runs `$body` with `$c` the connection, `$d` the dialect and `$db` the sqlx database type,
+/// so that one query builder serves both dialects.
+macro_rules! on_builder {
+    ($a:ident, $c:ident, $d:ident, $db:ident => $body:expr) => {
+        match $a {
+            Attempt::Pg(tx) => {
+                type $db = sqlx::Postgres;
+                let $c = &mut **tx;
+                let $d = Dialect::Postgres;
+                $body
+            }
+            Attempt::Lite(tx) => {
+                type $db = sqlx::Sqlite;
+                let $c = &mut **tx;
+                let $d = Dialect::Sqlite;
+                $body
+            }
+        }
+    };
+}
+
+fn table(d: Dialect, name: &str) -> String {
+    match d {
+        Dialect::Postgres => format!("ql3.{name}"),
+        Dialect::Sqlite => name.to_owned(),
+    }
+}
+
+async fn insert_projects(a: &mut Attempt<'_>, ids: &[&str]) -> Result<usize, StoreError> {
+    on_builder!(a, c, d, Db => {
+        let mut b = QueryBuilder::<Db>::new(format!("INSERT INTO {} (project_id) ", table(d, "projects")));
+        b.push_values(ids, |mut row, id| {
+            row.push_bind(*id);
+        });
+        b.push(" ON CONFLICT DO NOTHING");
+        let done = b.build().persistent(false).execute(&mut *c).await?;
+        Ok(done.rows_affected() as usize)
+    })
+}
+
+/// Compares the stored installations among `rows`, then inserts the others.
+async fn write_installations(
+    a: &mut Attempt<'_>,
+    rows: &[&InstallationRow],
+) -> Result<usize, StoreError> {
+    on_builder!(a, c, d, Db => {
+        let mut b = QueryBuilder::<Db>::new(format!(
+            "SELECT installation_id, project_id, package_name FROM {} WHERE installation_id IN (",
+            table(d, "package_installations")
+        ));
+        let mut list = b.separated(", ");
+        for r in rows {
+            list.push_bind(r.installation_id.as_str());
+        }
+        b.push(")");
+        let mut stored = HashMap::new();
+        for r in b.build().persistent(false).fetch_all(&mut *c).await? {
+            let id: String = r.try_get("installation_id")?;
+            stored.insert(id, (r.try_get::<String, _>("project_id")?, r.try_get::<String, _>("package_name")?));
+        }
+        let mut missing = Vec::new();
+        for r in rows {
+            match stored.get(&r.installation_id) {
+                Some((project, package)) => installation_conflict(r, project, package)?,
+                None => missing.push(*r),
+            }
+        }
+        if missing.is_empty() {
+            return Ok(0);
+        }
+        let mut b = QueryBuilder::<Db>::new(format!(
+            "INSERT INTO {} (installation_id, project_id, package_name, active_generation) ",
+            table(d, "package_installations")
+        ));
+        b.push_values(&missing, |mut row, r| {
+            row.push_bind(r.installation_id.as_str())
+                .push_bind(r.project_id.as_str())
+                .push_bind(r.package_name.as_str())
+                .push_bind(r.active);
+        });
+        b.build().persistent(false).execute(&mut *c).await?;
+        Ok(missing.len())
+    })
+}
+
+/// Compares the stored revisions among `rows` by the digest of their bytes (computed by the
+/// server on PostgreSQL, so stored bytes never travel back), then inserts the others.
+async fn write_revisions(a: &mut Attempt<'_>, rows: &[&RevisionRow]) -> Result<usize, StoreError> {
+    on_builder!(a, c, d, Db => {
+        let content = match d {
+            Dialect::Postgres => "'sha256:' || encode(sha256(content), 'hex') AS content_digest",
+            Dialect::Sqlite => "content",
+        };
+        let mut b = QueryBuilder::<Db>::new(format!(
+            "SELECT revision_digest, {content} FROM {} WHERE revision_digest IN (",
+            table(d, "materialized_revisions")
+        ));
+        let mut list = b.separated(", ");
+        for r in rows {
+            list.push_bind(r.key.as_str());
+        }
+        b.push(")");
+        let mut stored = HashMap::new();
+        for r in b.build().persistent(false).fetch_all(&mut *c).await? {
+            let key: String = r.try_get("revision_digest")?;
+            let digest = match d {
+                Dialect::Postgres => r.try_get::<String, _>("content_digest")?,
+                Dialect::Sqlite => Digest::of(r.try_get::<&[u8], _>("content")?).as_str().to_owned(),
+            };
+            stored.insert(key, digest);
+        }
+        let mut missing = Vec::new();
+        for r in rows {
+            match stored.get(&r.key) {
+                Some(digest) => revision_conflict(r, digest)?,
+                None => missing.push(*r),
+            }
+        }
+        if missing.is_empty() {
+            return Ok(0);
+        }
+        let mut b = QueryBuilder::<Db>::new(format!(
+            "INSERT INTO {} (revision_digest, content, byte_length) ",
+            table(d, "materialized_revisions")
+        ));
+        b.push_values(&missing, |mut row, r| {
+            row.push_bind(r.key.as_str())
+                .push_bind(r.bytes.as_slice())
+                .push_bind(r.bytes.len() as i64);
+        });
+        b.build().persistent(false).execute(&mut *c).await?;
+        Ok(missing.len())
+    })
+}
+
+/// Compares the stored generations among `rows` on their immutable columns, then inserts the
+/// others.
+async fn write_generations(
+    a: &mut Attempt<'_>,
+    rows: &[&GenerationRow],
+) -> Result<usize, StoreError> {
+    on_builder!(a, c, d, Db => {
+        let mut b = QueryBuilder::<Db>::new(format!(
+            "SELECT installation_id, generation, generation_digest, lock_digest, revision_digest, \
+             approved_permissions FROM {} WHERE installation_id IN (",
+            table(d, "package_generations")
+        ));
+        let mut list = b.separated(", ");
+        let mut installations: Vec<&str> = rows.iter().map(|r| r.installation_id.as_str()).collect();
+        installations.dedup();
+        for id in installations {
+            list.push_bind(id);
+        }
+        b.push(")");
+        let mut stored = HashMap::new();
+        for r in b.build().persistent(false).fetch_all(&mut *c).await? {
+            let key: (String, i64) = (r.try_get("installation_id")?, r.try_get("generation")?);
+            let columns: (String, String, String, String) = (
+                r.try_get("generation_digest")?,
+                r.try_get("lock_digest")?,
+                r.try_get("revision_digest")?,
+                r.try_get("approved_permissions")?,
+            );
+            stored.insert(key, columns);
+        }
+        let mut missing = Vec::new();
+        for r in rows {
+            match stored.get(&(r.installation_id.clone(), r.generation)) {
+                Some((g, l, rd, p)) => generation_conflict(r, (g, l, rd, p))?,
+                None => missing.push(*r),
+            }
+        }
+        if missing.is_empty() {
+            return Ok(0);
+        }
+        let mut b = QueryBuilder::<Db>::new(format!(
+            "INSERT INTO {} (installation_id, generation, status, generation_digest, lock_digest, \
+             revision_digest, approved_permissions) ",
+            table(d, "package_generations")
+        ));
+        b.push_values(&missing, |mut row, r| {
+            row.push_bind(r.installation_id.as_str())
+                .push_bind(r.generation)
+                .push_bind(r.status.as_str())
+                .push_bind(r.generation_digest.as_str())
+                .push_bind(r.lock_digest.as_str())
+                .push_bind(r.revision_digest.as_str())
+                .push_bind(r.approved_permissions.as_str());
+        });
+        b.build().persistent(false).execute(&mut *c).await?;
+        Ok(missing.len())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sources::parse_fixture;
+
+    fn rows(text: &str) -> Result<Vec<ProjectRows>, StoreError> {
+        parse_fixture(text.as_bytes())?
+            .projects
+            .into_iter()
+            .map(rows_of)
+            .collect()
+    }
+
+    #[test]
+    fn the_fixtures_own_rules_are_checked_before_anything_is_written() {
+        let two_active = r#"{"schema":"package-executor/fixture@v1","projects":[{"projectId":"p","packages":[{"packageName":"a","installationId":"i","generations":[
+            {"generation":1,"status":"active","revisionText":"x"},{"generation":2,"status":"active","revisionText":"y"}]}]}]}"#;
+        let err = rows(two_active).unwrap_err().to_string();
+        assert!(
+            err.contains("project p package a generation 2: more than one generation is active"),
+            "{err}"
+        );
+        let no_digest = r#"{"schema":"package-executor/fixture@v1","projects":[{"projectId":"p","packages":[{"packageName":"a","installationId":"i","generations":[
+            {"generation":1,"status":"active"}]}]}]}"#;
+        assert!(
+            rows(no_digest)
+                .unwrap_err()
+                .to_string()
+                .contains("revisionDigest is required")
+        );
+        let both = r#"{"schema":"package-executor/fixture@v1","projects":[{"projectId":"p","packages":[{"packageName":"a","installationId":"i","generations":[
+            {"generation":1,"status":"active","revision":{},"revisionText":"{}"}]}]}]}"#;
+        assert!(rows(both).unwrap_err().to_string().contains("not both"));
+    }
+
+    #[test]
+    fn the_same_row_twice_in_a_batch_is_one_row_and_a_different_one_is_a_conflict() {
+        let text = r#"{"schema":"package-executor/fixture@v1","projects":[
+            {"projectId":"p","packages":[{"packageName":"a","installationId":"i","generations":[{"generation":1,"status":"active","revisionText":"x"}]}]},
+            {"projectId":"p","packages":[{"packageName":"a","installationId":"i","generations":[{"generation":1,"status":"active","revisionText":"x"}]}]},
+            {"projectId":"q","packages":[{"packageName":"a","installationId":"j","generations":[{"generation":1,"status":"active","revisionText":"x"}]}]}]}"#;
+        let batch = rows(text).unwrap();
+        assert_eq!(unique_installations(&batch).unwrap().len(), 2);
+        assert_eq!(unique_revisions(&batch).unwrap().len(), 1);
+        assert_eq!(unique_generations(&batch).unwrap().len(), 2);
+        let moved = text.replacen(
+            r#""projectId":"q","packages":[{"packageName":"a","installationId":"j""#,
+            r#""projectId":"q","packages":[{"packageName":"a","installationId":"i""#,
+            1,
+        );
+        let err = unique_installations(&rows(&moved).unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(
+                "project q package a: installation i already exists for project p package a"
+            ),
+            "{err}"
+        );
+        let other_bytes = text.replacen(r#""revisionText":"x"}]}]},"#, r#""revisionText":"x","revisionDigest":"sha256:0000000000000000000000000000000000000000000000000000000000000000"}]}]},"#, 1)
+            .replacen(r#""revisionText":"x"}]}]},"#, r#""revisionText":"y","revisionDigest":"sha256:0000000000000000000000000000000000000000000000000000000000000000"}]}]},"#, 1);
+        let err = unique_revisions(&rows(&other_bytes).unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("already stored with other bytes"), "{err}");
+    }
+}
