@@ -1,6 +1,6 @@
 //! Storage and run benchmarks against a throwaway PostgreSQL server and SQLite files.
 //!
-//! `cargo bench --bench executor -- storage|run|rss|all` prints the figures; nothing here is an
+//! `cargo bench --bench executor -- storage|run|rss|import|all` prints the figures; nothing here is an
 //! assertion. It starts its own PostgreSQL (see tests/support/pg.rs) and uses the release binary.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs, dead_code)]
 
@@ -17,7 +17,11 @@ use package_executor::store::{ConnectOptions, Dialect, Store};
 use serde_json::json;
 use sqlx::AssertSqlSafe;
 
+/// The release binary; `PE_BENCH_BIN` measures another build instead (a before/after pair).
 fn binary() -> PathBuf {
+    if let Ok(other) = std::env::var("PE_BENCH_BIN") {
+        return PathBuf::from(other);
+    }
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let status = Command::new("cargo")
         .args([
@@ -558,6 +562,76 @@ async fn bench_rss(bin: &PathBuf, dir: &std::path::Path) {
     }
 }
 
+/// Writes a fixture of `n` projects × 8 packages × 2 generations, each revision its own
+/// (about 1 KiB), project by project; returns its size.
+fn write_big_fixture(path: &std::path::Path, n: usize) -> u64 {
+    use std::io::Write as _;
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    out.write_all(br#"{"schema":"package-executor/fixture@v1","projects":["#)
+        .unwrap();
+    for p in 0..n {
+        let project = format!("f{p:06}");
+        let packages: Vec<_> = (0..8)
+            .map(|k| {
+                let name = format!("pkg{k}.import");
+                let generation = |g: u32, status: &str| {
+                    json!({"generation": g, "status": status, "approvedPermissions": ["network"],
+                        "revision": {"schema": "qinglong/materialized-revision@v1",
+                            "package": {"name": name, "version": format!("1.{g}.0")},
+                            "tools": [{"name": "lookup", "version": "1.0.0", "description": "Bench tool.",
+                                "inputSchema": {"type": "object", "properties": {"q": {"type": "string"}}}}],
+                            "files": {"project": project, "pad": "x".repeat(700 + (p * 7 + k * 131) % 300)}}})
+                };
+                json!({"packageName": name, "installationId": format!("{project}-{k}"),
+                    "generations": [generation(1, "superseded"), generation(2, "active")]})
+            })
+            .collect();
+        if p > 0 {
+            out.write_all(b",").unwrap();
+        }
+        serde_json::to_writer(
+            &mut out,
+            &json!({"projectId": project, "packages": packages}),
+        )
+        .unwrap();
+    }
+    out.write_all(b"]}").unwrap();
+    out.flush().unwrap();
+    std::fs::metadata(path).unwrap().len()
+}
+
+/// `sources import` of a large fixture on both dialects: time and peak RSS, first import and
+/// the idempotent second one.
+async fn bench_import(bin: &PathBuf, dir: &std::path::Path) {
+    let n: usize = std::env::var("BENCH_IMPORT_PROJECTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000);
+    let file = dir.join("import-fixture.json");
+    let size = write_big_fixture(&file, n);
+    println!(
+        "[import] fixture of {n} projects x 8 packages x 2 generations: {:.0} MB",
+        size as f64 / 1e6
+    );
+    for dialect in ["postgres", "sqlite"] {
+        let url = if dialect == "postgres" {
+            fresh_pg("bench_import").await
+        } else {
+            fresh_sqlite(dir, "import.db").await
+        };
+        for pass in ["first", "again"] {
+            let (result, rss, wall) = measured(
+                bin,
+                &url,
+                &["sources", "import", file.to_str().unwrap()],
+                &[],
+            );
+            println!("[import/{dialect}] {pass}: {result}; {rss}; {wall}");
+        }
+    }
+    let _ = std::fs::remove_file(&file);
+}
+
 fn main() {
     // `cargo test --all-targets` runs bench binaries without `--bench`: do nothing then.
     if !std::env::args().any(|a| a == "--bench") {
@@ -585,6 +659,9 @@ fn main() {
         }
         if wants("rss") {
             bench_rss(&bin, dir.path()).await;
+        }
+        if wants("import") {
+            bench_import(&bin, dir.path()).await;
         }
     });
 }

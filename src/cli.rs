@@ -251,6 +251,10 @@ pub struct RunArgs {
     /// Exit 6 when any project was rejected.
     #[arg(long, env = "PACKAGE_EXECUTOR_FAIL_ON_REJECTED")]
     pub fail_on_rejected: bool,
+    /// Prove every project instead of reading the pending index: the periodic backstop that
+    /// finds a project whose mark was lost.
+    #[arg(long, env = "PACKAGE_EXECUTOR_FULL_SCAN")]
+    pub full_scan: bool,
     /// Push the run's metrics to this Prometheus Pushgateway (POST URL/metrics/job/JOB/shard/I).
     #[arg(long, env = "PACKAGE_EXECUTOR_METRICS_PUSH_URL")]
     pub metrics_push_url: Option<String>,

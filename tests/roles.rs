@@ -25,6 +25,7 @@ fn tables() -> Vec<(&'static str, String, &'static str)> {
         ("tool_definition_snapshots", format!("INSERT INTO ql3.tool_definition_snapshots (project_id, active_vector_digest, definition_digest, snapshot_digest, package_count, definition_count, canonical_json) VALUES ('matrix-p2', {D}, {D}, {}, 0, 0, decode('7b7d', 'hex'))", D.replace("0000'", "0002'")), "true"),
         ("tool_definition_snapshot_sources", format!("INSERT INTO ql3.tool_definition_snapshot_sources SELECT min(snapshot_id), 'zzz.pkg', 'zzz', 1, {D}, {D}, {D} FROM ql3.tool_definition_snapshots"), "true"),
         ("tool_definition_snapshot_rejections", format!("INSERT INTO ql3.tool_definition_snapshot_rejections (project_id, active_vector_digest, reason, detail) VALUES ('matrix-p3', {D}, 'source-invalid', 'x')"), "true"),
+        ("pending_projects", "INSERT INTO ql3.pending_projects VALUES ('matrix-p4', 1)".into(), "true"),
     ]
 }
 
@@ -34,6 +35,7 @@ fn first_column(table: &str) -> &'static str {
             "project_id"
         }
         "package_installations" | "package_generations" => "installation_id",
+        "pending_projects" => "version",
         "materialized_revisions" => "byte_length",
         _ => "lock_digest",
     }
@@ -59,8 +61,12 @@ async fn attempt(conn: &mut PgConnection, sql: &str) -> String {
 
 fn expected(role: &str, op: &str, table: &str) -> &'static str {
     let snapshot = table.starts_with("tool_definition");
-    let source = !snapshot && !table.starts_with("fn:") && !table.starts_with("schema:");
+    let index = table == "pending_projects";
+    let source = !snapshot && !index && !table.starts_with("fn:") && !table.starts_with("schema:");
     match (role, op) {
+        // The pending index: the owner's triggers write it; the executor reads and clears it.
+        ("ql3_owner", _) if index => "ok",
+        ("ql3_package_executor", "SELECT" | "DELETE") if index => "ok",
         ("ql3_owner", "SELECT" | "INSERT") => "ok",
         ("ql3_owner", "UPDATE" | "DELETE" | "TRUNCATE") if snapshot => "P0001",
         ("ql3_owner", "UPDATE") if table == "materialized_revisions" => "P0001",
@@ -182,12 +188,28 @@ async fn catalog_is_locked_down() {
         let expected = usize::from(call.starts_with("ql3.current"));
         assert_eq!(scans, expected, "{call} plan:\n{}", plan.join("\n"));
     }
-    let definers: i64 = sqlx::query("SELECT COUNT(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'ql3' AND p.prosecdef")
-        .fetch_one(pool).await.unwrap().get(0);
+    let definers: Vec<String> = sqlx::query_scalar("SELECT p.proname::text FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'ql3' AND p.prosecdef ORDER BY 1")
+        .fetch_all(pool).await.unwrap();
     assert_eq!(
-        definers, 1,
-        "only current_tool_snapshot is SECURITY DEFINER"
+        definers,
+        [
+            "current_tool_snapshot",
+            "mark_generations",
+            "mark_installations",
+            "mark_pending",
+            "mark_projects",
+            "mark_revisions"
+        ],
+        "only the consumer's door and the pending index's markers are SECURITY DEFINER"
     );
+    // The markers are trigger functions (and their helper): nobody may call them directly.
+    let callable: Vec<String> = sqlx::query_scalar(
+        "SELECT r.rolname || ' ' || p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+         CROSS JOIN pg_roles r
+         WHERE n.nspname = 'ql3' AND p.proname LIKE 'mark\\_%' AND r.rolname LIKE 'ql3\\_%'
+           AND r.rolname <> 'ql3_owner' AND has_function_privilege(r.oid, p.oid, 'EXECUTE')")
+        .fetch_all(pool).await.unwrap();
+    assert!(callable.is_empty(), "{callable:?}");
     let public_grants: Vec<String> = sqlx::query(
         "SELECT 'schema ql3' FROM pg_namespace n, aclexplode(n.nspacl) a WHERE n.nspname = 'ql3' AND a.grantee = 0
          UNION ALL
@@ -209,7 +231,8 @@ async fn catalog_is_locked_down() {
     );
     let triggers: i64 = sqlx::query("SELECT COUNT(*) FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'ql3' AND NOT t.tgisinternal")
         .fetch_one(pool).await.unwrap().get(0);
-    assert_eq!(triggers, 8);
+    // Eight keep history append-only; ten mark the pending index.
+    assert_eq!(triggers, 18);
     let foreign_owned: Vec<String> = sqlx::query(
         "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
          WHERE n.nspname = 'ql3' AND pg_get_userbyid(c.relowner) <> 'ql3_owner'

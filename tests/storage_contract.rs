@@ -14,7 +14,7 @@ use db::*;
 use package_executor::planner::{self, ActiveHead};
 use package_executor::report::Outcome;
 use package_executor::sources;
-use package_executor::store::{Dialect, InsertOutcome, Replay, Store};
+use package_executor::store::{Dialect, InsertOutcome, Replay, Scope, Store};
 
 async fn within<F: Future<Output = ()>>(f: F) {
     tokio::time::timeout(Duration::from_secs(180), f)
@@ -221,7 +221,7 @@ async fn pending_in(store: &Store, after: &str, through: Option<&str>) -> Vec<St
     let mut cursor = after.to_owned();
     loop {
         let page = store
-            .pending_page_through(&cursor, through, 2)
+            .page_through(&cursor, through, 2, Scope::Full)
             .await
             .unwrap();
         pending.extend(page.iter().cloned());
@@ -246,7 +246,7 @@ async fn assert_pending_is_not_current(store: &Store, when: &str) {
     // Read as several ranges of the keyset (as a run with several lanes does): together, in
     // order, the same projects, none twice.
     for parts in [2, 3, 8] {
-        let points = store.split_points(parts).await.unwrap();
+        let points = store.split_points(parts, Scope::Full).await.unwrap();
         assert!(points.len() < parts, "{when}: {points:?}");
         if store.dialect() == Dialect::Postgres {
             assert!(!points.is_empty(), "{when}: PostgreSQL splits the keyset");
@@ -585,20 +585,20 @@ async fn open_and_append_steps(s: Stores) {
     // The append's second observation equals the first, and the row lands only on commit.
     let snapshot = planned(&s.exec, "demo-1").await;
     let mut a = s.exec.begin().await.unwrap();
-    let appending = a.append(&snapshot).await.unwrap();
+    let appending = a.append(&snapshot, None).await.unwrap();
     assert!(appending.inserted);
     assert_eq!(appending.second, opening.heads);
     a.rollback().await.unwrap();
     assert_eq!(current_digest(&s.exec, "demo-1").await, None, "rolled back");
     let mut a = s.exec.begin().await.unwrap();
-    assert!(a.append(&snapshot).await.unwrap().inserted);
+    assert!(a.append(&snapshot, None).await.unwrap().inserted);
     a.commit().await.unwrap();
     assert_eq!(
         current_digest(&s.exec, "demo-1").await.as_deref(),
         Some(snapshot.snapshot_digest.as_str())
     );
     let mut a = s.exec.begin().await.unwrap();
-    let again = a.append(&snapshot).await.unwrap();
+    let again = a.append(&snapshot, None).await.unwrap();
     assert!(!again.inserted, "both unique keys arbitrate");
     assert_eq!(a.replay_outcome(&snapshot).await.unwrap(), Replay::Exact);
     assert_eq!(

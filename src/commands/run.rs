@@ -31,6 +31,7 @@ fn settings(args: &RunArgs, shard: Shard) -> RunSettings {
         shard,
         deadline: args.deadline,
         fail_on_rejected: args.fail_on_rejected,
+        full_scan: args.full_scan,
         ..RunSettings::default()
     }
 }

@@ -95,10 +95,14 @@ async fn attempt_in(
             false,
         ));
     }
+    // A final outcome clears the project's mark, if it still holds the version read now; the
+    // transaction is committed for that alone when nothing else was written.
+    let mark = opening.mark;
     if let Some(snapshot_digest) = opening.current {
+        let commit = clear(a, project_id, mark, limit).await?;
         return Ok((
             Step::Done(Outcome::AlreadyCurrent { snapshot_digest }),
-            false,
+            commit,
         ));
     }
     let first = opening.heads;
@@ -108,12 +112,13 @@ async fn attempt_in(
     let builder = SnapshotBuilder::new(project_id, heads(&first));
     let vector_digest = builder.vector_digest().clone();
     if let Some(r) = opening.rejections.get(vector_digest.as_str()) {
+        let commit = clear(a, project_id, mark, limit).await?;
         return Ok((
             Step::Done(Outcome::Rejected {
                 code: r.reason.clone(),
                 detail: r.detail.clone(),
             }),
-            false,
+            commit,
         ));
     }
     let planned = build(a, budget, builder, &opening.lengths, limit).await?;
@@ -129,6 +134,7 @@ async fn attempt_in(
                 a.record_rejection(project_id, vector_digest.as_str(), &rejection),
             )
             .await?;
+            clear(a, project_id, mark, limit).await?;
             return Ok((
                 Step::Done(Outcome::Rejected {
                     code: rejection.code.as_str().to_owned(),
@@ -139,7 +145,7 @@ async fn attempt_in(
         }
     };
     // The second observation comes with the insert; on drift the caller rolls both back.
-    let appending = answered(limit, a.append(&snapshot)).await?;
+    let appending = answered(limit, a.append(&snapshot, mark)).await?;
     if let Some((reason, detail)) = drift(&first, &appending.second) {
         return Ok((Step::Retry(reason, detail), false));
     }
@@ -153,11 +159,12 @@ async fn attempt_in(
         ));
     }
     match answered(limit, a.replay_outcome(&snapshot)).await? {
+        // Committed for the mark the append cleared; nothing else was written.
         Replay::Exact => Ok((
             Step::Done(Outcome::Replayed {
                 snapshot_digest: digest,
             }),
-            false,
+            mark.is_some(),
         )),
         Replay::Mismatch { existing } => Ok((
             Step::Done(Outcome::Integrity {
@@ -170,6 +177,21 @@ async fn attempt_in(
             false,
         )),
     }
+}
+
+/// Clears the project's mark, if it had one when the attempt opened; whether there was one
+/// (and so something to commit).
+async fn clear(
+    a: &mut Attempt<'_>,
+    project_id: &str,
+    mark: Option<i64>,
+    limit: Option<Duration>,
+) -> Result<bool, StoreError> {
+    let Some(version) = mark else {
+        return Ok(false);
+    };
+    answered(limit, a.clear_mark(project_id, version)).await?;
+    Ok(true)
 }
 
 /// Revisions at least this large are parsed off the async thread, so that one big revision

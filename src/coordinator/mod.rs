@@ -17,7 +17,7 @@ pub use lanes::pool_size;
 pub use stop::Stop;
 
 use crate::report::{Outcome, RunSummary, Shard, Unresolved};
-use crate::store::{Session, Store, StoreError};
+use crate::store::{Scope, Session, Store, StoreError};
 
 /// What `run` and `publish` are told.
 #[derive(Clone, Debug)]
@@ -44,6 +44,8 @@ pub struct RunSettings {
     pub backoff_max: Duration,
     /// Exit 6 when any project was rejected.
     pub fail_on_rejected: bool,
+    /// Prove every project instead of reading the pending index (`--full-scan`).
+    pub full_scan: bool,
 }
 
 impl Default for RunSettings {
@@ -59,6 +61,18 @@ impl Default for RunSettings {
             backoff_min: Duration::from_millis(50),
             backoff_max: Duration::from_secs(2),
             fail_on_rejected: false,
+            full_scan: false,
+        }
+    }
+}
+
+impl RunSettings {
+    /// Which projects a pass looks at.
+    pub fn scope(&self) -> Scope {
+        if self.full_scan {
+            Scope::Full
+        } else {
+            Scope::Marked
         }
     }
 }
@@ -185,7 +199,12 @@ impl<'a> Coordinator<'a> {
             match self
                 .crew
                 .store
-                .pending_page_through(after, through, self.crew.settings.page_size)
+                .page_through(
+                    after,
+                    through,
+                    self.crew.settings.page_size,
+                    self.crew.settings.scope(),
+                )
                 .await
             {
                 Ok(p) => return Ok(p),
@@ -205,7 +224,12 @@ impl<'a> Coordinator<'a> {
     /// process per range, so it takes about `1/lanes` of the time. If the split points cannot be
     /// read, one range: the pages then report the error themselves.
     async fn ranges(&self, lanes: usize) -> Vec<(String, Option<String>)> {
-        let points = match self.crew.store.split_points(lanes).await {
+        let points = match self
+            .crew
+            .store
+            .split_points(lanes, self.crew.settings.scope())
+            .await
+        {
             Ok(points) => points,
             Err(e) => {
                 tracing::debug!(error = %e, "cannot split the keyset; reading it as one range");

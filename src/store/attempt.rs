@@ -66,6 +66,16 @@ impl RevisionBytes {
     }
 }
 
+/// Which projects a pass of `run` looks at (contract section 9).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Scope {
+    /// The projects marked in the pending index: what changed since they were last dealt with.
+    #[default]
+    Marked,
+    /// Every project, each proven current or not (`run --full-scan`, the periodic sweep).
+    Full,
+}
+
 /// What appending a snapshot did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum InsertOutcome {
@@ -236,7 +246,7 @@ impl Attempt<'_> {
     /// Appends a snapshot and its source rows, or reports an exact replay or a mismatch.
     pub async fn insert_snapshot(&mut self, s: &Snapshot) -> Result<InsertOutcome, StoreError> {
         let inserted = match self {
-            Attempt::Pg(_) => self.append(s).await?.inserted,
+            Attempt::Pg(_) => self.append(s, None).await?.inserted,
             Attempt::Lite(_) => self.insert_rows(s).await?,
         };
         if inserted {
@@ -285,12 +295,15 @@ impl Attempt<'_> {
         })
     }
 
-    /// Pending projects after `after` (and up to `through`, inclusive, when given), in byte order.
+    /// Projects after `after` (and up to `through`, inclusive, when given), in byte order: the
+    /// pending ones (no current snapshot, by the proof) for [`Scope::Full`], the marked ones
+    /// for [`Scope::Marked`].
     pub async fn pending_page(
         &mut self,
         after: &str,
         through: Option<&str>,
         limit: u32,
+        scope: Scope,
     ) -> Result<Vec<String>, StoreError> {
         if let Attempt::Pg(tx) = self {
             // The executor's sessions use generic plans (see Store::connect), but how much of
@@ -300,9 +313,10 @@ impl Attempt<'_> {
                 .await?;
         }
         on_conn!(self, c, d => {
-            let text = match d {
-                Dialect::Postgres => sql::PENDING_PAGE_PG,
-                Dialect::Sqlite => sql::PENDING_PAGE_SQLITE,
+            let text = match (scope, d) {
+                (Scope::Marked, _) => sql::MARKED_PAGE,
+                (Scope::Full, Dialect::Postgres) => sql::PENDING_PAGE_PG,
+                (Scope::Full, Dialect::Sqlite) => sql::PENDING_PAGE_SQLITE,
             };
             let rows = sqlx::query(for_dialect(d, text))
                 .bind(after)
@@ -317,12 +331,20 @@ impl Attempt<'_> {
     /// Up to `parts - 1` distinct project ids that split the keyset into `parts` ranges of
     /// about equal size, in byte order, each the last id of its range; none on SQLite, where
     /// pages are read one at a time.
-    pub async fn split_points(&mut self, parts: usize) -> Result<Vec<String>, StoreError> {
+    pub async fn split_points(
+        &mut self,
+        parts: usize,
+        scope: Scope,
+    ) -> Result<Vec<String>, StoreError> {
         let Attempt::Pg(tx) = self else {
             return Ok(Vec::new());
         };
         let fractions: Vec<f64> = (1..parts).map(|i| i as f64 / parts as f64).collect();
-        let row = sqlx::query(sql::SPLIT_POINTS_PG)
+        let text = match scope {
+            Scope::Marked => sql::SPLIT_MARKED_PG,
+            Scope::Full => sql::SPLIT_POINTS_PG,
+        };
+        let row = sqlx::query(text)
             .bind(fractions)
             .fetch_one(&mut **tx)
             .await?;

@@ -38,12 +38,14 @@ pub const POSTGRES: &[Migration] = &[
     migration!("postgres", 5, "0005_inline_current_proof.sql"),
     migration!("postgres", 6, "0006_cheaper_format_checks.sql"),
     migration!("postgres", 7, "0007_snapshot_compression.sql"),
+    migration!("postgres", 8, "0008_pending_index.sql"),
 ];
 
 /// SQLite migrations.
 pub const SQLITE: &[Migration] = &[
     migration!("sqlite", 1, "0001_source_tables.sql"),
     migration!("sqlite", 2, "0002_snapshot_tables.sql"),
+    migration!("sqlite", 3, "0003_pending_index.sql"),
 ];
 
 /// The six group roles of contract section 8.

@@ -19,7 +19,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{PgPool, SqlitePool};
 
 pub(crate) use attempt::on_conn;
-pub use attempt::{Attempt, InsertOutcome, RevisionBytes};
+pub use attempt::{Attempt, InsertOutcome, RevisionBytes, Scope};
 pub use error::StoreError;
 use primary::PgTarget;
 pub use primary::split_hosts;
@@ -292,6 +292,13 @@ impl Store {
                     // Every query looks rows up by key, so the generic plan is the right one;
                     // custom planning re-inlined the current proof on every attempt.
                     ("plan_cache_mode", "force_generic_plan".to_owned()),
+                    // Plans that do not depend on the statistics: a generic plan is made once
+                    // per session, and made while the snapshot tables are empty (or analyzed
+                    // while they were) it scanned them for every project until autovacuum
+                    // happened to analyze them again. Every statement here looks rows up by
+                    // key, so an index is never the wrong choice; `off` only prices a
+                    // sequential scan out where an index exists.
+                    ("enable_seqscan", "off".to_owned()),
                 ];
                 let configure = |o: PgConnectOptions| {
                     o.application_name("package-executor")

@@ -102,31 +102,38 @@ impl Store {
         }
     }
 
-    /// A page of pending projects after a cursor, in a transaction of its own (read only,
-    /// rolled back), within the answer timeout.
+    /// A page of pending projects (no current snapshot, by the proof) after a cursor, in a
+    /// transaction of its own (read only, rolled back), within the answer timeout.
     pub async fn pending_page(&self, after: &str, limit: u32) -> Result<Vec<String>, StoreError> {
-        self.pending_page_through(after, None, limit).await
+        self.page_through(after, None, limit, super::Scope::Full)
+            .await
     }
 
-    /// [`Store::pending_page`] within a range of the keyset: after `after` and, when given, up
-    /// to `through` (inclusive).
-    pub async fn pending_page_through(
+    /// A page of a pass's projects in `scope`, within a range of the keyset: after `after`
+    /// and, when given, up to `through` (inclusive).
+    pub async fn page_through(
         &self,
         after: &str,
         through: Option<&str>,
         limit: u32,
+        scope: super::Scope,
     ) -> Result<Vec<String>, StoreError> {
-        self.read(async |a| a.pending_page(after, through, limit).await)
+        self.read(async |a| a.pending_page(after, through, limit, scope).await)
             .await
     }
 
-    /// Splits the project keyset into up to `parts` ranges of about equal size: the last id of
-    /// each range but the last (see [`super::Attempt::split_points`]).
-    pub async fn split_points(&self, parts: usize) -> Result<Vec<String>, StoreError> {
+    /// Splits the keyset of `scope` into up to `parts` ranges of about equal size: the last
+    /// id of each range but the last (see [`super::Attempt::split_points`]).
+    pub async fn split_points(
+        &self,
+        parts: usize,
+        scope: super::Scope,
+    ) -> Result<Vec<String>, StoreError> {
         if parts < 2 {
             return Ok(Vec::new());
         }
-        self.read(async |a| a.split_points(parts).await).await
+        self.read(async |a| a.split_points(parts, scope).await)
+            .await
     }
 
     /// One read in a transaction of its own (rolled back), within the answer timeout, on a

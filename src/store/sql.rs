@@ -238,6 +238,24 @@ WHERE p0.project_id > $1 AND ($3::text IS NULL OR p0.project_id <= $3)
 ORDER BY p0.project_id
 LIMIT $2";
 
+/// Marked projects after a cursor, in byte order (the pending index, contract section 9): what
+/// a run looks at unless it is a full scan. Only ids that are still projects.
+pub const MARKED_PAGE: &str = "
+SELECT m.project_id FROM ql3.pending_projects AS m
+JOIN ql3.projects AS p0 ON p0.project_id = m.project_id
+WHERE m.project_id > $1 AND (CAST($3 AS TEXT) IS NULL OR m.project_id <= $3)
+ORDER BY m.project_id
+LIMIT $2";
+
+/// A project's mark, if any: its version.
+pub const MARK_VERSION: &str =
+    "SELECT m.version FROM ql3.pending_projects AS m WHERE m.project_id = $1";
+
+/// Clears a project's mark if it still holds the version read before the build (`$2`); a
+/// change since gave it a new version, and it stays.
+pub const CLEAR_MARK: &str =
+    "DELETE FROM ql3.pending_projects WHERE project_id = $1 AND version = $2";
+
 /// Pending projects after a cursor, SQLite: the same proof as `FIND_CURRENT_SQLITE`.
 pub const PENDING_PAGE_SQLITE: &str = concat!(
     "
@@ -255,6 +273,11 @@ LIMIT $2"
 pub const SPLIT_POINTS_PG: &str = "
 SELECT coalesce(percentile_disc($1::float8[]) WITHIN GROUP (ORDER BY p.project_id), '{}') AS points
 FROM ql3.projects AS p";
+
+/// [`SPLIT_POINTS_PG`] over the marked projects.
+pub const SPLIT_MARKED_PG: &str = "
+SELECT coalesce(percentile_disc($1::float8[]) WITHIN GROUP (ORDER BY m.project_id), '{}') AS points
+FROM ql3.pending_projects AS m";
 
 /// The observation ([`OBSERVE_HEADS`], with `$columns`, `$join` and `$gate` as there) as one
 /// row of parallel arrays, for the combined PostgreSQL steps; `$arrays` aggregates the added
@@ -298,6 +321,7 @@ WITH c AS MATERIALIZED (SELECT pg_try_advisory_xact_lock($2, $3) AS claimed)
 SELECT c.claimed,
        c.claimed AND EXISTS (SELECT 1 FROM ql3.tool_definition_snapshots AS s0
                              WHERE s0.project_id = $1) AS has_snapshot,
+       (SELECT m.version FROM ql3.pending_projects AS m WHERE m.project_id = $1) AS mark_version,
        h.*, rj.*
 FROM c
 CROSS JOIN LATERAL (",
@@ -322,7 +346,9 @@ CROSS JOIN LATERAL (
 
 /// Appends in one PostgreSQL statement: the snapshot (`$1`–`$7`, both unique keys arbitrating),
 /// its source rows from parallel arrays (`$8`–`$13`) only when the snapshot row was inserted,
-/// and the second observation, all in one statement snapshot.
+/// the clearing of the project's mark if it still holds version `$14` (see [`CLEAR_MARK`]; the
+/// caller rolls back on drift or a mismatch, which keeps it), and the second observation, all
+/// in one statement snapshot.
 pub const APPEND_PG: &str = concat!(
     "
 WITH ins AS (
@@ -341,6 +367,8 @@ WITH ins AS (
   FROM ins
   CROSS JOIN unnest($8::text[], $9::text[], $10::bigint[], $11::text[], $12::text[], $13::text[])
     AS e(package_name, installation_id, generation, generation_digest, lock_digest, revision_digest)
+), clr AS (
+  DELETE FROM ql3.pending_projects AS m WHERE m.project_id = $1 AND m.version = $14
 )
 SELECT (SELECT ins.snapshot_id FROM ins) AS snapshot_id, h.*
 FROM (",

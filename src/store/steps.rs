@@ -38,6 +38,9 @@ pub struct Opening {
     pub lengths: HashMap<String, StoredLength>,
     /// Rejections recorded for this project, by active vector digest.
     pub rejections: HashMap<String, RecordedRejection>,
+    /// The version of the project's mark in the pending index, if it is marked: what a final
+    /// outcome clears (see [`Attempt::clear_mark`]).
+    pub mark: Option<i64>,
 }
 
 /// What an insert that did nothing met: the same snapshot, or another one for this vector.
@@ -91,6 +94,7 @@ impl Attempt<'_> {
                     .zip(reasons.into_iter().zip(details))
                     .map(|(v, (reason, detail))| (v, RecordedRejection { reason, detail }))
                     .collect();
+                let mark: Option<i64> = row.try_get("mark_version")?;
                 let current = if row.try_get("has_snapshot")? {
                     sqlx::query_scalar(sql::CURRENT_DIGEST_PG)
                         .bind(project_id)
@@ -105,14 +109,17 @@ impl Attempt<'_> {
                     heads,
                     lengths,
                     rejections,
+                    mark,
                 })
             }
             Attempt::Lite(_) => {
                 // One writer per file: the claim always succeeds.
+                let mark = self.mark_version(project_id).await?;
                 if let Some(current) = self.find_current(project_id).await? {
                     return Ok(Opening {
                         claimed: true,
                         current: Some(current.snapshot_digest),
+                        mark,
                         ..Opening::default()
                     });
                 }
@@ -124,6 +131,7 @@ impl Attempt<'_> {
                     heads,
                     lengths,
                     rejections,
+                    mark,
                 })
             }
         }
@@ -174,10 +182,39 @@ impl Attempt<'_> {
         })
     }
 
+    /// The version of a project's mark in the pending index, if it is marked.
+    pub async fn mark_version(&mut self, project_id: &str) -> Result<Option<i64>, StoreError> {
+        super::on_conn!(self, c, d => {
+            Ok(sqlx::query_scalar(sql::for_dialect(d, sql::MARK_VERSION))
+                .bind(project_id)
+                .fetch_optional(c)
+                .await?)
+        })
+    }
+
+    /// Clears a project's mark if it still holds `version`, the one read when the attempt
+    /// opened: a change committed since gave the mark a new version, and it stays for the next
+    /// run. Part of the transaction that makes the outcome final.
+    pub async fn clear_mark(&mut self, project_id: &str, version: i64) -> Result<(), StoreError> {
+        super::on_conn!(self, c, d => {
+            sqlx::query(sql::for_dialect(d, sql::CLEAR_MARK))
+                .bind(project_id)
+                .bind(version)
+                .execute(c)
+                .await?;
+            Ok(())
+        })
+    }
+
     /// Takes the second observation and inserts the snapshot with its source rows (`ON
-    /// CONFLICT DO NOTHING`, both unique keys arbitrating). The caller compares the
-    /// observations and rolls back when they differ.
-    pub async fn append(&mut self, s: &Snapshot) -> Result<Appending, StoreError> {
+    /// CONFLICT DO NOTHING`, both unique keys arbitrating), and clears the project's mark if
+    /// it still holds `mark`. The caller compares the observations and rolls back when they
+    /// differ.
+    pub async fn append(
+        &mut self,
+        s: &Snapshot,
+        mark: Option<i64>,
+    ) -> Result<Appending, StoreError> {
         match self {
             Attempt::Pg(tx) => {
                 let column =
@@ -196,6 +233,7 @@ impl Attempt<'_> {
                     .bind(column(|h| &h.generation_digest))
                     .bind(column(|h| &h.lock_digest))
                     .bind(column(|h| &h.revision_digest))
+                    .bind(mark)
                     .fetch_one(&mut **tx)
                     .await?;
                 Ok(Appending {
@@ -206,6 +244,9 @@ impl Attempt<'_> {
             Attempt::Lite(_) => {
                 let second = self.observe(&s.project_id).await?;
                 let inserted = self.insert_rows(s).await?;
+                if let Some(version) = mark {
+                    self.clear_mark(&s.project_id, version).await?;
+                }
                 Ok(Appending { second, inserted })
             }
         }
