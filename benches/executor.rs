@@ -1,6 +1,6 @@
 //! Storage and run benchmarks against a throwaway PostgreSQL server and SQLite files.
 //!
-//! `cargo bench --bench executor -- storage|run|rss|import|all` prints the figures; nothing here is an
+//! `cargo bench --bench executor -- storage|run|scale|rss|import|all` prints the figures; nothing here is an
 //! assertion. It starts its own PostgreSQL (see tests/support/pg.rs) and uses the release binary.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs, dead_code)]
 
@@ -216,11 +216,62 @@ async fn fresh_sqlite(dir: &std::path::Path, name: &str) -> String {
     url
 }
 
+/// Runs `sql` (several statements, no parameters) on a fresh connection to `url`.
+async fn raw(url: &str, sql: String) {
+    let store = connect(url).await;
+    exec(&store, sql).await;
+    store.close().await;
+}
+
+/// A copy of database `from` named `to` (no session may be connected to `from`).
+async fn copy_db(from: &str, to: &str) -> String {
+    let c = pg::cluster();
+    raw(
+        &c.url("postgres"),
+        format!("CREATE DATABASE {to} TEMPLATE {from}"),
+    )
+    .await;
+    c.url(to)
+}
+
+/// The in-server floor: the script named by `PE_FLOOR_SQL` when set (the yardstick kept
+/// outside the repository), else the built-in loop below; its wall time on `url`.
+async fn floor(url: &str) -> (Duration, String) {
+    match std::env::var("PE_FLOOR_SQL") {
+        Ok(path) => {
+            let script = std::fs::read_to_string(&path).unwrap();
+            let store = connect(url).await;
+            let t = Instant::now();
+            exec(&store, script).await;
+            let took = t.elapsed();
+            store.close().await;
+            (took, path)
+        }
+        Err(_) => {
+            let store = connect(url).await;
+            exec(&store, FLOOR.to_owned()).await;
+            let pool = &store.pg_pool().unwrap();
+            let t = Instant::now();
+            sqlx::query("SELECT bench_floor()")
+                .execute(pool)
+                .await
+                .unwrap();
+            let took = t.elapsed();
+            store.close().await;
+            (took, "the built-in PL/pgSQL loop".into())
+        }
+    }
+}
+
+/// The cold run against the in-server floor on a copy of the same database, and the same cold
+/// run after a database-wide `VACUUM ANALYZE` taken while the snapshot tables were empty (with
+/// autovacuum off on them, so nothing re-analyzes them during the run).
 async fn bench_run(bin: &PathBuf, dir: &std::path::Path) {
     let n_env = std::env::var("BENCH_PROJECTS")
         .ok()
         .and_then(|v| v.parse().ok());
-    let n: usize = n_env.unwrap_or(10_000);
+    let n: usize = n_env.unwrap_or(20_000);
+    let concurrency = std::env::var("BENCH_CONCURRENCY").unwrap_or_else(|_| "4".into());
     for dialect in ["postgres", "sqlite"] {
         let url = if dialect == "postgres" {
             fresh_pg("bench_run").await
@@ -235,7 +286,14 @@ async fn bench_run(bin: &PathBuf, dir: &std::path::Path) {
             t.elapsed().as_secs_f64()
         );
         store.close().await;
-        let concurrency = std::env::var("BENCH_CONCURRENCY").unwrap_or_else(|_| "4".into());
+        let copies = if dialect == "postgres" {
+            Some((
+                copy_db("bench_run", "bench_floor").await,
+                copy_db("bench_run", "bench_analyzed").await,
+            ))
+        } else {
+            None
+        };
         let (cold, v) = run_cli(bin, &url, &["run", "--json", "--concurrency", &concurrency]);
         let rate = n as f64 / cold.as_secs_f64();
         println!(
@@ -254,24 +312,128 @@ async fn bench_run(bin: &PathBuf, dir: &std::path::Path) {
             warm.as_secs_f64(),
             v["published"]
         );
-        if dialect == "postgres" {
+        let Some((floor_url, analyzed_url)) = copies else {
+            continue;
+        };
+        let (took, which) = floor(&floor_url).await;
+        let floor_rate = n as f64 / took.as_secs_f64();
+        println!(
+            "[run/postgres] floor ({which}) on a copy: {:.2}s, {floor_rate:.0} projects/s; executor/floor throughput = {:.2}x",
+            took.as_secs_f64(),
+            rate / floor_rate
+        );
+        raw(
+            &analyzed_url,
+            "ALTER TABLE ql3.tool_definition_snapshots SET (autovacuum_enabled = false);
+             ALTER TABLE ql3.tool_definition_snapshot_sources SET (autovacuum_enabled = false);
+             ALTER TABLE ql3.tool_definition_snapshot_rejections SET (autovacuum_enabled = false);
+             ALTER TABLE ql3.pending_projects SET (autovacuum_enabled = false);"
+                .into(),
+        )
+        .await;
+        // Alone: VACUUM cannot run inside the implicit transaction of a multi-statement query.
+        raw(&analyzed_url, "VACUUM ANALYZE".into()).await;
+        let (after, v) = run_cli(
+            bin,
+            &analyzed_url,
+            &["run", "--json", "--concurrency", &concurrency],
+        );
+        println!(
+            "[run/postgres] cold run after VACUUM ANALYZE of the empty snapshot tables (autovacuum off on them): {:.2}s, published {}; {:.2}x the steady cold run",
+            after.as_secs_f64(),
+            v["published"],
+            after.as_secs_f64() / cold.as_secs_f64()
+        );
+    }
+}
+
+/// Changes `count` of the projects `b000000..`, spread evenly over `of`: each gets a new
+/// revision, generation 2, active.
+async fn change_projects(store: &Store, count: usize, of: usize) -> Vec<String> {
+    let d = store.dialect();
+    let lock = Digest::of(b"");
+    let mut changed = Vec::new();
+    let mut sql = String::from("BEGIN;");
+    for k in 0..count {
+        let project = format!("b{:06}", k * (of / count));
+        let inst = format!("{project}-0");
+        let name = "pkg0.bench";
+        let rev = canonical::to_vec(&json!({"schema": "qinglong/materialized-revision@v1",
+            "package": {"name": name, "version": "2.0.0"},
+            "tools": [{"name": "changed", "version": "2.0.0", "inputSchema": {"type": "object"}}],
+            "files": {"project": project}}));
+        let rd = Digest::of(&rev);
+        let gd =
+            package_executor::sources::generation_digest(&inst, 2, lock.as_str(), rd.as_str(), &[]);
+        sql.push_str(&format!(
+            "INSERT INTO ql3.materialized_revisions (revision_digest, content, byte_length) VALUES ({}, {}, {});
+             INSERT INTO ql3.package_generations (installation_id, generation, status, generation_digest, lock_digest, revision_digest, approved_permissions) VALUES ({}, 2, 'active', {}, {}, {}, '[]');
+             UPDATE ql3.package_generations SET status = 'superseded' WHERE installation_id = {} AND generation = 1;
+             UPDATE ql3.package_installations SET active_generation = 2 WHERE installation_id = {};",
+            quote(rd.as_str()), hex_literal(d, &rev), rev.len(),
+            quote(&inst), quote(gd.as_str()), quote(lock.as_str()), quote(rd.as_str()),
+            quote(&inst), quote(&inst)
+        ));
+        changed.push(project);
+    }
+    sql.push_str("COMMIT;");
+    exec(store, sql).await;
+    changed
+}
+
+/// What a run costs when little changed: the no-op run at 20,000 and 100,000 one-package
+/// projects, and the run after 100 of the 100,000 changed (it must publish exactly those).
+async fn bench_scale(bin: &PathBuf, dir: &std::path::Path) {
+    let sizes = [20_000, 100_000];
+    for dialect in ["postgres", "sqlite"] {
+        let url = if dialect == "postgres" {
+            fresh_pg("bench_scale").await
+        } else {
+            fresh_sqlite(dir, "scale.db").await
+        };
+        let mut loaded = 0;
+        for total in sizes {
             let store = connect(&url).await;
-            exec(&store, FLOOR.to_owned()).await;
-            let pool = &store.pg_pool().unwrap();
-            let t = Instant::now();
-            sqlx::query("SELECT bench_floor()")
-                .execute(pool)
-                .await
-                .unwrap();
-            let floor = t.elapsed();
-            let floor_rate = n as f64 / floor.as_secs_f64();
-            println!(
-                "[run/postgres] PL/pgSQL floor: {:.2}s, {floor_rate:.0} projects/s; executor/floor = {:.2}",
-                floor.as_secs_f64(),
-                rate / floor_rate
-            );
+            load(&store, loaded, total - loaded, 1, 2, 1).await;
             store.close().await;
+            loaded = total;
+            let (cold, v) = run_cli(bin, &url, &["run", "--json"]);
+            println!(
+                "[scale/{dialect}] {total} projects: cold run {:.2}s, published {}",
+                cold.as_secs_f64(),
+                v["published"]
+            );
+            let mut noop = Vec::new();
+            for _ in 0..3 {
+                let (t, v) = run_cli(bin, &url, &["run", "--json"]);
+                assert_eq!(v["published"], 0);
+                noop.push(t);
+            }
+            println!(
+                "[scale/{dialect}] {total} projects: no-op run {:.3}s (median of 3; {:?})",
+                median(noop.clone()).as_secs_f64(),
+                noop.iter()
+                    .map(|d| format!("{:.3}", d.as_secs_f64()))
+                    .collect::<Vec<_>>()
+            );
         }
+        let store = connect(&url).await;
+        let changed = change_projects(&store, 100, 100_000).await;
+        store.close().await;
+        let (t, v) = run_cli(bin, &url, &["run", "--json"]);
+        println!(
+            "[scale/{dialect}] 100 of 100000 projects changed: run {:.3}s, published {} (expected {}), scanned {}",
+            t.as_secs_f64(),
+            v["published"],
+            changed.len(),
+            v["projectsScanned"]
+        );
+        let (full, v) = run_cli(bin, &url, &["run", "--json", "--full-scan"]);
+        println!(
+            "[scale/{dialect}] --full-scan over 100000 projects, nothing pending: {:.3}s (published {})",
+            full.as_secs_f64(),
+            v["published"]
+        );
     }
 }
 
@@ -656,6 +818,9 @@ fn main() {
         }
         if wants("run") {
             bench_run(&bin, dir.path()).await;
+        }
+        if wants("scale") {
+            bench_scale(&bin, dir.path()).await;
         }
         if wants("rss") {
             bench_rss(&bin, dir.path()).await;

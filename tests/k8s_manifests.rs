@@ -275,10 +275,13 @@ fn chart_lints_validates_and_parses() {
     assert_eq!(sweep_job.backoff_limit_per_index, Some(3));
     assert_eq!(sweep_job.backoff_limit, None);
     assert_run_job(&sweep_job, "240Mi");
-    let env = sweep_job.template.spec.unwrap().containers[0]
-        .env
-        .clone()
-        .unwrap();
+    let sweep_pod = sweep_job.template.spec.unwrap();
+    assert_eq!(
+        sweep_pod.containers[0].args.as_deref(),
+        Some(&["run".to_owned(), "--full-scan".to_owned()][..]),
+        "the sweep proves every project"
+    );
+    let env = sweep_pod.containers[0].env.clone().unwrap();
     assert_eq!(
         env.iter()
             .find(|e| e.name == "PACKAGE_EXECUTOR_SHARD_COUNT")

@@ -97,6 +97,9 @@ contract!(
     format_checks_agree_with_the_model,
     open_and_append_steps,
     import_streams_all_or_nothing_and_idempotent,
+    every_source_change_marks_its_project,
+    a_mark_is_cleared_only_at_the_version_read,
+    full_scan_finds_a_project_whose_mark_was_lost,
 );
 
 async fn import_publish_replay(s: Stores) {
@@ -949,4 +952,176 @@ async fn migrations_apply_one_by_one() {
         }
     })
     .await;
+}
+
+/// A well-formed digest, for rows whose digests are never checked.
+const D: &str = "'sha256:0000000000000000000000000000000000000000000000000000000000000000'";
+
+/// Runs until nothing is marked, and checks that it is so.
+async fn settle(s: &Stores) {
+    let summary = run_all(&s.exec, false).await;
+    assert_eq!(summary.exit_code, 0, "{summary:?}");
+    assert_eq!(marked(&s.exec).await, Vec::<String>::new(), "{summary:?}");
+}
+
+/// Every kind of source change marks exactly its project, whether it is made by our `sources`
+/// commands or by plain SQL as a control plane would, and a run then clears the mark.
+async fn every_source_change_marks_its_project(s: Stores) {
+    import(&s.admin, DEMO).await;
+    assert_eq!(
+        marked(&s.exec).await,
+        ["demo-1", "demo-2", "demo-empty", "demo-rejected"],
+        "an import marks what it wrote"
+    );
+    settle(&s).await;
+    // The head of demo-1 lacks its revision: rejected now, and marked when the row arrives.
+    let missing_text = "{\"schema\":\"qinglong/materialized-revision@v1\",\"package\":{\"name\":\"late.pkg\",\"version\":\"1.0.0\"},\"tools\":[]}";
+    let missing_digest = package_executor::model::Digest::of(missing_text.as_bytes());
+    let late = format!(
+        r#"{{"schema":"package-executor/fixture@v1","projects":[{{"projectId":"late","packages":[{{"packageName":"late.pkg","installationId":"late-1","generations":[{{"generation":1,"status":"active","revisionDigest":"{missing_digest}"}}]}}]}}]}}"#
+    );
+    import(&s.admin, late.as_bytes()).await;
+    assert_eq!(marked(&s.exec).await, ["late"]);
+    assert_eq!(
+        publish(&s.exec, "late").await.reason(),
+        Some("revision-missing")
+    );
+    settle(&s).await;
+
+    let bytes_literal = match s.admin.dialect() {
+        Dialect::Postgres => format!("convert_to('{missing_text}', 'UTF8')"),
+        Dialect::Sqlite => format!("CAST('{missing_text}' AS BLOB)"),
+    };
+    let cases: Vec<(&str, String, &str)> = vec![
+        ("a project", "INSERT INTO ql3.projects (project_id) VALUES ('fresh')".into(), "fresh"),
+        (
+            "an installation",
+            "INSERT INTO ql3.package_installations (installation_id, project_id, package_name, active_generation) VALUES ('demo-2-extra', 'demo-2', 'extra.pkg', NULL)".into(),
+            "demo-2",
+        ),
+        (
+            "a generation",
+            format!("INSERT INTO ql3.package_generations (installation_id, generation, status, generation_digest, lock_digest, revision_digest, approved_permissions) VALUES ('demo-1-docs', 2, 'staged', {D}, {D}, {D}, '[]')"),
+            "demo-1",
+        ),
+        (
+            "a status",
+            "UPDATE ql3.package_generations SET status = 'failed' WHERE installation_id = 'demo-1-github' AND generation = 1".into(),
+            "demo-1",
+        ),
+        (
+            "a head moved by SQL",
+            "UPDATE ql3.package_installations SET active_generation = NULL WHERE installation_id = 'demo-rejected-shady'".into(),
+            "demo-rejected",
+        ),
+        (
+            "a revision arriving for a head that lacked it",
+            format!("INSERT INTO ql3.materialized_revisions (revision_digest, content, byte_length) VALUES ('{missing_digest}', {bytes_literal}, {})", missing_text.len()),
+            "late",
+        ),
+        (
+            "an installation deleted",
+            "DELETE FROM ql3.package_installations WHERE installation_id = 'demo-2-extra'".into(),
+            "demo-2",
+        ),
+    ];
+    for (what, statement, project) in cases {
+        exec(&s.admin, &statement)
+            .await
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(marked(&s.exec).await, [project], "{what}");
+        settle(&s).await;
+    }
+    // The arrival marked the project and the run looked at it, but a rejection is recorded per
+    // (project, vector) and the vector did not change: it stands (contract section 7).
+    assert_eq!(
+        publish(&s.exec, "late").await.reason(),
+        Some("revision-missing")
+    );
+    // The sources commands: activation and removal.
+    sources::activate(&s.admin, "demo-1-github", 3)
+        .await
+        .unwrap();
+    assert_eq!(marked(&s.exec).await, ["demo-1"], "activation");
+    settle(&s).await;
+    sources::remove(&s.admin, "demo-2", "@acme/slack")
+        .await
+        .unwrap();
+    assert_eq!(marked(&s.exec).await, ["demo-2"], "removal");
+    settle(&s).await;
+    // A deleted project takes its mark with it.
+    exec(
+        &s.admin,
+        "DELETE FROM ql3.projects WHERE project_id = 'fresh'",
+    )
+    .await
+    .unwrap();
+    exec(
+        &s.admin,
+        "INSERT INTO ql3.projects (project_id) VALUES ('gone')",
+    )
+    .await
+    .unwrap();
+    exec(
+        &s.admin,
+        "DELETE FROM ql3.projects WHERE project_id = 'gone'",
+    )
+    .await
+    .unwrap();
+    assert_eq!(marked(&s.exec).await, Vec::<String>::new());
+}
+
+/// The executor clears a mark only if it still holds the version read when the attempt opened:
+/// a change committed after that read leaves the project marked for the next run.
+async fn a_mark_is_cleared_only_at_the_version_read(s: Stores) {
+    import(&s.admin, DEMO).await;
+    settle(&s).await;
+    exec(&s.admin, "UPDATE ql3.package_generations SET status = 'queued' WHERE installation_id = 'demo-1-github' AND generation = 3").await.unwrap();
+    let read = {
+        let mut a = s.exec.begin().await.unwrap();
+        let v = a.mark_version("demo-1").await.unwrap();
+        a.rollback().await.unwrap();
+        v.expect("marked")
+    };
+    // A change lands after the read (a build in flight would not have seen it).
+    exec(&s.admin, "UPDATE ql3.package_generations SET status = 'staged' WHERE installation_id = 'demo-1-github' AND generation = 3").await.unwrap();
+    let mut a = s.exec.begin().await.unwrap();
+    a.clear_mark("demo-1", read).await.unwrap();
+    a.commit().await.unwrap();
+    assert_eq!(
+        marked(&s.exec).await,
+        ["demo-1"],
+        "the newer change stays marked"
+    );
+    // The next run deals with it and clears it.
+    let summary = run_all(&s.exec, false).await;
+    assert_eq!((summary.projects_scanned, summary.already_current), (1, 1));
+    assert_eq!(marked(&s.exec).await, Vec::<String>::new());
+}
+
+/// A mark lost (deleted by the owner here) hides a change from the default run; `--full-scan`
+/// proves every project and builds it.
+async fn full_scan_finds_a_project_whose_mark_was_lost(s: Stores) {
+    import(&s.admin, DEMO).await;
+    settle(&s).await;
+    sources::activate(&s.admin, "demo-1-github", 3)
+        .await
+        .unwrap();
+    exec(
+        &s.admin,
+        "DELETE FROM ql3.pending_projects WHERE project_id = 'demo-1'",
+    )
+    .await
+    .unwrap();
+    assert_eq!(current_digest(&s.exec, "demo-1").await, None);
+    let summary = run_all(&s.exec, false).await;
+    assert_eq!((summary.projects_scanned, summary.published), (0, 0));
+    assert_eq!(
+        current_digest(&s.exec, "demo-1").await,
+        None,
+        "nothing stale is served"
+    );
+    let summary = run_all(&s.exec, true).await;
+    assert_eq!(summary.published, 1, "{summary:?}");
+    assert!(current_digest(&s.exec, "demo-1").await.is_some());
 }

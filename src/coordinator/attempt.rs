@@ -212,10 +212,15 @@ async fn cpu<T: Send + 'static>(
     }
 }
 
-/// Reads each revision alone, in vector order, and feeds the builder; the bytes are dropped
-/// (and their budget returned) before the next revision is fetched. `lengths` are the stored
-/// lengths read with the first observation (never the bytes). Ends with the planned snapshot
-/// or the rejection.
+/// Revisions are read together, in one statement, up to this many stored bytes; a larger
+/// revision is read alone. Typical revisions are a few KiB, so most projects need one read.
+const BATCH_BYTES: u64 = 1 << 20;
+
+/// Reads the revisions in vector order, in batches sized from their stored lengths, and feeds
+/// the builder; a batch's bytes are dropped (and their budget returned) before the next batch
+/// is fetched. `lengths` are the stored lengths read with the first observation (never the
+/// bytes). The checks run head by head in vector order exactly as if each revision were read
+/// alone, so the first failure is the same. Ends with the planned snapshot or the rejection.
 async fn build(
     a: &mut Attempt<'_>,
     budget: &MemoryBudget,
@@ -226,34 +231,69 @@ async fn build(
     if let Err(r) = builder.check_project() {
         return Ok(Err(r));
     }
-    let mut total = 0;
-    for i in 0..builder.heads().len() {
-        let approved = match builder.check_row(i) {
-            Ok(p) => p,
-            Err(r) => return Ok(Err(r)),
-        };
-        let digest = builder.heads()[i].revision_digest.clone();
-        let stored = lengths.get(&digest).copied();
-        if let Err(r) = builder.check_stored(i, stored) {
-            return Ok(Err(r));
+    let heads = builder.heads().len();
+    let (mut next, mut total) = (0, 0);
+    while next < heads {
+        // The heads that pass their row and length checks, in order, up to the batch size; a
+        // failing check ends the batch, and is reported once the heads before it are read.
+        let mut batch: Vec<(usize, Vec<String>, String)> = Vec::new();
+        let (mut need, mut failed) = (0, None);
+        while next < heads {
+            let approved = match builder.check_row(next) {
+                Ok(p) => p,
+                Err(r) => {
+                    failed = Some(r);
+                    break;
+                }
+            };
+            let digest = builder.heads()[next].revision_digest.clone();
+            let stored = lengths.get(&digest).copied();
+            if let Err(r) = builder.check_stored(next, stored) {
+                failed = Some(r);
+                break;
+            }
+            let size = stored.map_or(0, |s| s.actual_length.max(0) as u64);
+            if !batch.is_empty() && need + size > BATCH_BYTES {
+                break;
+            }
+            batch.push((next, approved, digest));
+            need += size;
+            next += 1;
         }
-        let need = stored.map_or(0, |s| s.actual_length.max(0) as u64);
-        let reservation = budget.reserve(need).await;
-        let Some(bytes) = answered(limit, a.revision_content(&digest)).await? else {
-            return Err(StoreError::Transient(format!(
-                "revision {digest} vanished while read"
-            )));
-        };
-        total += bytes.len();
-        let (returned, added) = cpu(bytes.len() >= OFFLOAD_BYTES, move || {
-            let added = bytes.bytes().map(|b| builder.add_revision(i, &approved, b));
-            drop(bytes);
-            (builder, added)
-        })
-        .await?;
-        builder = returned;
-        drop(reservation);
-        if let Err(r) = added? {
+        if !batch.is_empty() {
+            let reservation = budget.reserve(need).await;
+            let digests: Vec<&str> = batch.iter().map(|(_, _, d)| d.as_str()).collect();
+            let revisions = answered(limit, a.revision_contents(&digests)).await?;
+            if let Some((_, _, d)) = batch.iter().find(|(_, _, d)| !revisions.contains_key(d)) {
+                return Err(StoreError::Transient(format!(
+                    "revision {d} vanished while read"
+                )));
+            }
+            let bytes: usize = revisions.values().map(|r| r.len()).sum();
+            total += bytes;
+            let (returned, added) = cpu(bytes >= OFFLOAD_BYTES, move || {
+                let mut added = Ok(Ok(()));
+                for (i, approved, digest) in &batch {
+                    added = match revisions.get(digest).map(|r| r.bytes()) {
+                        Some(Ok(b)) => Ok(builder.add_revision(*i, approved, b)),
+                        Some(Err(e)) => Err(e),
+                        None => Ok(Ok(())),
+                    };
+                    if !matches!(added, Ok(Ok(()))) {
+                        break;
+                    }
+                }
+                drop(revisions);
+                (builder, added)
+            })
+            .await?;
+            builder = returned;
+            drop(reservation);
+            if let Err(r) = added? {
+                return Ok(Err(r));
+            }
+        }
+        if let Some(r) = failed {
             return Ok(Err(r));
         }
     }

@@ -1,6 +1,8 @@
 //! One attempt: one connection, one READ COMMITTED transaction. Every query the coordinator and
 //! the commands make runs through here, so both dialects share one text per query.
 
+use std::collections::HashMap;
+
 use sqlx::postgres::PgRow;
 use sqlx::sqlite::SqliteRow;
 use sqlx::{AssertSqlSafe, Postgres, Row, Sqlite, Transaction};
@@ -222,6 +224,43 @@ impl Attempt<'_> {
                 .map(RowOf::Lite),
         };
         row.map(RevisionBytes::new).transpose()
+    }
+
+    /// Several revisions' bytes in one statement, by digest (absent or oversized ones left
+    /// out). The caller sizes the batch against the memory budget from the stored lengths.
+    pub async fn revision_contents(
+        &mut self,
+        revision_digests: &[&str],
+    ) -> Result<HashMap<String, RevisionBytes>, StoreError> {
+        let rows = match self {
+            Attempt::Pg(tx) => sqlx::query(sql::REVISION_CONTENTS_PG)
+                .bind(revision_digests)
+                .fetch_all(&mut **tx)
+                .await?
+                .into_iter()
+                .map(RowOf::Pg)
+                .collect::<Vec<_>>(),
+            Attempt::Lite(tx) => {
+                let list = serde_json::to_string(revision_digests)
+                    .map_err(|e| StoreError::Other(e.to_string()))?;
+                sqlx::query(sql::REVISION_CONTENTS_SQLITE)
+                    .bind(list)
+                    .fetch_all(&mut **tx)
+                    .await?
+                    .into_iter()
+                    .map(RowOf::Lite)
+                    .collect()
+            }
+        };
+        let mut out = HashMap::with_capacity(rows.len());
+        for row in rows {
+            let digest: String = match &row {
+                RowOf::Pg(r) => r.try_get(1)?,
+                RowOf::Lite(r) => r.try_get(1)?,
+            };
+            out.insert(digest, RevisionBytes::new(row)?);
+        }
+        Ok(out)
     }
 
     /// Records a rejection for a project's vector (a second record is ignored).

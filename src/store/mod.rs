@@ -7,7 +7,7 @@ mod error;
 pub mod migrate;
 mod primary;
 mod queries;
-mod sql;
+pub mod sql;
 mod steps;
 mod tls;
 

@@ -90,6 +90,17 @@ pub const REVISION_CONTENT: &str = "
 SELECT r.content FROM ql3.materialized_revisions AS r
 WHERE r.revision_digest = $1 AND LENGTH_FN(r.content) <= 25165824";
 
+/// Several revisions' bytes in one statement (PostgreSQL: `$1` a `text[]`), each never more
+/// than the 24 MiB limit; the content first, as [`REVISION_CONTENT`] has it.
+pub const REVISION_CONTENTS_PG: &str = "
+SELECT r.content, r.revision_digest FROM ql3.materialized_revisions AS r
+WHERE r.revision_digest = ANY($1) AND octet_length(r.content) <= 25165824";
+
+/// [`REVISION_CONTENTS_PG`] in SQLite: `$1` a JSON array of digests.
+pub const REVISION_CONTENTS_SQLITE: &str = "
+SELECT r.content, r.revision_digest FROM materialized_revisions AS r
+WHERE r.revision_digest IN (SELECT j.value FROM json_each($1) AS j) AND length(r.content) <= 25165824";
+
 /// Whether a project row exists.
 pub const PROJECT_EXISTS: &str =
     "SELECT COUNT(*) AS n FROM ql3.projects AS p WHERE p.project_id = $1";

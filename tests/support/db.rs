@@ -78,6 +78,31 @@ pub async fn publish(store: &Store, project: &str) -> Outcome {
         .expect("publish")
 }
 
+/// A run over the marked projects (or every project with `full_scan`); its summary's counts.
+pub async fn run_all(store: &Store, full_scan: bool) -> package_executor::report::RunSummary {
+    let observer = LogObserver;
+    Coordinator::new(
+        store.clone(),
+        RunSettings {
+            full_scan,
+            ..settings()
+        },
+        Stop::default(),
+        &observer,
+    )
+    .run()
+    .await
+    .summary
+}
+
+/// The projects marked in the pending index, in byte order.
+pub async fn marked(store: &Store) -> Vec<String> {
+    store
+        .page_through("", None, 10_000, package_executor::store::Scope::Marked)
+        .await
+        .expect("marked page")
+}
+
 pub async fn current_digest(store: &Store, project: &str) -> Option<String> {
     store
         .find_current(project)
