@@ -159,6 +159,8 @@ fn demo_then_inspect_on_sqlite() {
         "--json",
         "--summary-file",
         summary.to_str().unwrap(),
+        // The demo cleared every mark; a full scan looks at the rejected project again.
+        "--full-scan",
         "--fail-on-rejected",
     ]);
     assert_eq!(code(&o), 6, "rejected with --fail-on-rejected");

@@ -267,7 +267,9 @@ async fn pushed_metrics_match_the_summary_for_exit_0_6_and_3() {
     // The demo has three good projects and one rejection: exit 0, then 6 when asked to fail.
     let first = run_and_check(&url, &[], 0, dir.path()).await;
     assert_eq!(first["published"], 3);
-    let second = run_and_check(&url, &["--fail-on-rejected"], 6, dir.path()).await;
+    // The first run cleared every mark; a full scan proves every project, so the rejected one
+    // is looked at (and reported) again.
+    let second = run_and_check(&url, &["--full-scan", "--fail-on-rejected"], 6, dir.path()).await;
     assert_eq!(
         second["alreadyCurrent"], 0,
         "current projects are not pending"
@@ -311,6 +313,7 @@ async fn a_down_or_silent_pushgateway_changes_nothing_but_a_warning() {
         &[
             "run",
             "--json",
+            "--full-scan",
             "--fail-on-rejected",
             "--metrics-push-url",
             &silent,
