@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::planner::{ActiveHead, Snapshot, SnapshotBuilder, StoredLength};
 use crate::rejection::Rejection;
 use crate::report::{Outcome, Unresolved};
-use crate::store::{Attempt, ObservedHead, Replay, Session, StoreError, answered};
+use crate::store::{Attempt, Dialect, ObservedHead, Replay, Session, StoreError, answered};
 
 use super::budget::MemoryBudget;
 
@@ -216,6 +216,10 @@ async fn cpu<T: Send + 'static>(
 /// revision is read alone. Typical revisions are a few KiB, so most projects need one read.
 const BATCH_BYTES: u64 = 1 << 20;
 
+/// On PostgreSQL a revision larger than this is read in slices of this size: one message of
+/// 24 MiB costs the driver two to three times its size in buffers, a slice costs only itself.
+const SLICE_BYTES: u64 = 1 << 20;
+
 /// Reads the revisions in vector order, in batches sized from their stored lengths, and feeds
 /// the builder; a batch's bytes are dropped (and their budget returned) before the next batch
 /// is fetched. `lengths` are the stored lengths read with the first observation (never the
@@ -233,6 +237,9 @@ async fn build(
     }
     let heads = builder.heads().len();
     let (mut next, mut total) = (0, 0);
+    // One buffer for the large revisions of this build, reused from one to the next, so a
+    // large revision in flight costs its own size once.
+    let mut large: Vec<u8> = Vec::new();
     while next < heads {
         // The heads that pass their row and length checks, in order, up to the batch size; a
         // failing check ends the batch, and is reported once the heads before it are read.
@@ -260,7 +267,43 @@ async fn build(
             need += size;
             next += 1;
         }
-        if !batch.is_empty() {
+        if let [(i, approved, digest)] = batch.as_slice()
+            && need > SLICE_BYTES
+            && a.dialect() == Dialect::Postgres
+        {
+            let reservation = budget.reserve(need).await;
+            let mut bytes = std::mem::take(&mut large);
+            bytes.clear();
+            bytes.reserve_exact(need as usize);
+            let mut offset = 0;
+            while offset < need {
+                let len = SLICE_BYTES.min(need - offset);
+                let found = answered(
+                    limit,
+                    a.append_revision_slice(digest, offset, len, &mut bytes),
+                )
+                .await?;
+                if !found || bytes.len() as u64 != offset + len {
+                    return Err(StoreError::Transient(format!(
+                        "revision {digest} vanished or changed length while read"
+                    )));
+                }
+                offset += len;
+            }
+            total += bytes.len();
+            let (i, approved) = (*i, approved.clone());
+            let (returned, added, buffer) = cpu(true, move || {
+                let added = builder.add_revision(i, &approved, &bytes);
+                (builder, added, bytes)
+            })
+            .await?;
+            builder = returned;
+            large = buffer;
+            drop(reservation);
+            if let Err(r) = added {
+                return Ok(Err(r));
+            }
+        } else if !batch.is_empty() {
             let reservation = budget.reserve(need).await;
             let digests: Vec<&str> = batch.iter().map(|(_, _, d)| d.as_str()).collect();
             let revisions = answered(limit, a.revision_contents(&digests)).await?;

@@ -39,6 +39,7 @@ pub const POSTGRES: &[Migration] = &[
     migration!("postgres", 6, "0006_cheaper_format_checks.sql"),
     migration!("postgres", 7, "0007_snapshot_compression.sql"),
     migration!("postgres", 8, "0008_pending_index.sql"),
+    migration!("postgres", 9, "0009_revision_slices.sql"),
 ];
 
 /// SQLite migrations.

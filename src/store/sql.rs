@@ -96,6 +96,13 @@ pub const REVISION_CONTENTS_PG: &str = "
 SELECT r.content, r.revision_digest FROM ql3.materialized_revisions AS r
 WHERE r.revision_digest = ANY($1) AND octet_length(r.content) <= 25165824";
 
+/// A slice of one revision's bytes (PostgreSQL): `$3` bytes from 1-based offset `$2`. Large
+/// revisions are read this way (see migration 0009: stored uncompressed, a slice reads only its
+/// own chunks).
+pub const REVISION_SLICE_PG: &str = "
+SELECT substring(r.content FROM $2 FOR $3) AS part FROM ql3.materialized_revisions AS r
+WHERE r.revision_digest = $1";
+
 /// [`REVISION_CONTENTS_PG`] in SQLite: `$1` a JSON array of digests.
 pub const REVISION_CONTENTS_SQLITE: &str = "
 SELECT r.content, r.revision_digest FROM materialized_revisions AS r

@@ -1,0 +1,11 @@
+-- Revision bytes are stored uncompressed, out of line (STORAGE EXTERNAL), for rows written from
+-- now on (existing rows keep their form; both are read the same way).
+--
+-- The executor reads a large revision (over 1 MiB) in 1 MiB slices with substring(), so that
+-- what one revision in flight costs the executor is its own size once, not the two or three
+-- times a single 24 MiB message costs in the driver's buffers. On an uncompressed value a
+-- slice reads only its own TOAST chunks; on a compressed one every slice would decompress
+-- everything before it (24 slices of a 24 MiB revision: 300 MiB decompressed). The price is
+-- disk: revisions are no longer compressed (JSON typically by 2-4x). Small revisions (under the
+-- ~2 KB TOAST threshold) stay inline either way.
+ALTER TABLE ql3.materialized_revisions ALTER COLUMN content SET STORAGE EXTERNAL;
