@@ -9,6 +9,12 @@
 -- Each mark deletes the old row and inserts the new one, with no conflict clause: an outer
 -- statement's `OR IGNORE` or `OR REPLACE` would override one inside the trigger, and a mark
 -- that kept its old version could be cleared by an executor that never saw the change.
+--
+-- The insert triggers skip a project whose mark already holds the counter's latest value: no
+-- mark was made since, so nothing has read that version and nothing can clear it before this
+-- transaction commits (SQLite serializes writers, and an executor whose read predates this
+-- commit cannot write afterwards). An import of a project's many rows then marks it once or
+-- twice, not once per row; the revision trigger runs only when a head points at the revision.
 
 CREATE TABLE pending_projects (
   project_id TEXT NOT NULL PRIMARY KEY,
@@ -25,6 +31,8 @@ CREATE INDEX package_generations_revision_digest ON package_generations (revisio
 
 -- A new project is pending.
 CREATE TRIGGER projects_mark_insert AFTER INSERT ON projects
+WHEN NOT EXISTS (SELECT 1 FROM pending_projects AS m JOIN pending_version AS v ON m.version = v.n
+                 WHERE m.project_id = NEW.project_id)
 BEGIN
   UPDATE pending_version SET n = n + 1;
   DELETE FROM pending_projects WHERE project_id IN (SELECT NEW.project_id AS project_id);
@@ -50,6 +58,8 @@ END;
 
 -- Heads added, moved, removed or deleted.
 CREATE TRIGGER package_installations_mark_insert AFTER INSERT ON package_installations
+WHEN NOT EXISTS (SELECT 1 FROM pending_projects AS m JOIN pending_version AS v ON m.version = v.n
+                 WHERE m.project_id = NEW.project_id)
 BEGIN
   UPDATE pending_version SET n = n + 1;
   DELETE FROM pending_projects WHERE project_id IN (SELECT NEW.project_id AS project_id);
@@ -80,6 +90,10 @@ END;
 
 -- A generation added.
 CREATE TRIGGER package_generations_mark_insert AFTER INSERT ON package_generations
+WHEN NOT EXISTS (SELECT 1 FROM package_installations AS i
+                 JOIN pending_projects AS m ON m.project_id = i.project_id
+                 JOIN pending_version AS v ON m.version = v.n
+                 WHERE i.installation_id = NEW.installation_id)
 BEGIN
   UPDATE pending_version SET n = n + 1;
   DELETE FROM pending_projects WHERE project_id IN (SELECT i.project_id FROM package_installations AS i WHERE i.installation_id = NEW.installation_id);
@@ -110,6 +124,10 @@ END;
 
 -- A revision arriving for a head that lacked it.
 CREATE TRIGGER materialized_revisions_mark_insert AFTER INSERT ON materialized_revisions
+WHEN EXISTS (SELECT 1 FROM package_generations AS g
+             JOIN package_installations AS i
+               ON i.installation_id = g.installation_id AND i.active_generation = g.generation
+             WHERE g.revision_digest = NEW.revision_digest)
 BEGIN
   UPDATE pending_version SET n = n + 1;
   DELETE FROM pending_projects WHERE project_id IN (SELECT i.project_id FROM package_generations AS g JOIN package_installations AS i ON i.installation_id = g.installation_id AND i.active_generation = g.generation WHERE g.revision_digest = NEW.revision_digest);
