@@ -11,6 +11,13 @@
 -- a change that lands mid-build gives the mark a new version and it stays. On a conflict the
 -- version is drawn after the row lock is taken, so it is always newer than the one it replaces.
 --
+-- The marking functions look projects up by key for each row a statement wrote. Their plans
+-- are cached per session and made by whoever writes (a control plane's sessions too), on
+-- whatever statistics there are, so they pin the shape: a LATERAL subquery per written row
+-- (OFFSET 0 keeps it from being flattened into a join) and no hash or merge joins. A plan that
+-- built the join of all installations and generations for every statement made a bulk import
+-- quadratic (a 400 MB fixture took minutes in the triggers).
+--
 -- The index only decides what a run looks at. The current proof never consults it; a lost
 -- mark delays a build until the next `run --full-scan`, and never makes anything stale.
 
@@ -41,6 +48,7 @@ REVOKE EXECUTE ON FUNCTION ql3.mark_pending(text[]) FROM PUBLIC;
 -- projects: a new project is pending; a deleted one needs no mark.
 CREATE FUNCTION ql3.mark_projects() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+  SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
 AS $$
 BEGIN
   IF TG_OP = 'DELETE' THEN
@@ -59,6 +67,7 @@ REVOKE EXECUTE ON FUNCTION ql3.mark_projects() FROM PUBLIC;
 -- package_installations: heads added, moved, removed or deleted.
 CREATE FUNCTION ql3.mark_installations() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+  SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
 AS $$
 BEGIN
   IF TG_OP = 'INSERT' THEN
@@ -77,21 +86,25 @@ REVOKE EXECUTE ON FUNCTION ql3.mark_installations() FROM PUBLIC;
 -- package_generations: a status moved (activation, rollback), or a row added or deleted.
 CREATE FUNCTION ql3.mark_generations() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+  SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
 AS $$
 BEGIN
   IF TG_OP = 'INSERT' THEN
     PERFORM ql3.mark_pending(ARRAY(
-      SELECT i.project_id FROM new_rows AS n
-      JOIN ql3.package_installations AS i ON i.installation_id = n.installation_id));
+      SELECT i.project_id FROM new_rows AS n,
+      LATERAL (SELECT i.project_id FROM ql3.package_installations AS i
+               WHERE i.installation_id = n.installation_id OFFSET 0) AS i));
   ELSIF TG_OP = 'DELETE' THEN
     PERFORM ql3.mark_pending(ARRAY(
-      SELECT i.project_id FROM old_rows AS o
-      JOIN ql3.package_installations AS i ON i.installation_id = o.installation_id));
+      SELECT i.project_id FROM old_rows AS o,
+      LATERAL (SELECT i.project_id FROM ql3.package_installations AS i
+               WHERE i.installation_id = o.installation_id OFFSET 0) AS i));
   ELSE
     PERFORM ql3.mark_pending(ARRAY(
       SELECT i.project_id FROM (SELECT n.installation_id FROM new_rows AS n
-                                UNION SELECT o.installation_id FROM old_rows AS o) AS c
-      JOIN ql3.package_installations AS i ON i.installation_id = c.installation_id));
+                                UNION SELECT o.installation_id FROM old_rows AS o) AS c,
+      LATERAL (SELECT i.project_id FROM ql3.package_installations AS i
+               WHERE i.installation_id = c.installation_id OFFSET 0) AS i));
   END IF;
   RETURN NULL;
 END
@@ -101,13 +114,16 @@ REVOKE EXECUTE ON FUNCTION ql3.mark_generations() FROM PUBLIC;
 -- materialized_revisions: a revision arriving for a head that lacked it.
 CREATE FUNCTION ql3.mark_revisions() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+  SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
 AS $$
 BEGIN
   PERFORM ql3.mark_pending(ARRAY(
-    SELECT i.project_id FROM new_rows AS n
-    JOIN ql3.package_generations AS g ON g.revision_digest = n.revision_digest
-    JOIN ql3.package_installations AS i
-      ON i.installation_id = g.installation_id AND i.active_generation = g.generation));
+    SELECT i.project_id FROM new_rows AS n,
+    LATERAL (SELECT g.installation_id, g.generation FROM ql3.package_generations AS g
+             WHERE g.revision_digest = n.revision_digest OFFSET 0) AS g,
+    LATERAL (SELECT i.project_id FROM ql3.package_installations AS i
+             WHERE i.installation_id = g.installation_id AND i.active_generation = g.generation
+             OFFSET 0) AS i));
   RETURN NULL;
 END
 $$;
