@@ -1157,3 +1157,40 @@ async fn large_revisions_build_like_small_ones(s: Stores) {
         Some("revision-digest-mismatch")
     );
 }
+
+/// A change committed while a build is in flight (PostgreSQL, where builds and control-plane
+/// writes interleave): the build publishes what it observed, the project's mark stays because
+/// the change gave it a new version, and the next run deals with the change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_during_a_build_stays_marked_for_the_next_run() {
+    within(async {
+        let store = connect(&pg::fresh_db().await).await;
+        import(&store, DEMO).await;
+        assert_eq!(run_all(&store, false).await.exit_code, 0);
+        sources::activate(&store, "demo-1-github", 3).await.unwrap();
+        assert_eq!(marked(&store).await, ["demo-1"]);
+        let snapshot = planned(&store, "demo-1").await;
+
+        let mut a = store.begin().await.unwrap();
+        let opening = a.open("demo-1").await.unwrap();
+        assert!(opening.claimed && opening.current.is_none() && opening.mark.is_some());
+        // Mid-build, a control plane retires an old generation: the live vector is unchanged.
+        exec(&store, "UPDATE ql3.package_generations SET status = 'failed' WHERE installation_id = 'demo-1-github' AND generation = 1")
+            .await
+            .unwrap();
+        let appending = a.append(&snapshot, opening.mark).await.unwrap();
+        assert!(appending.inserted);
+        assert_eq!(appending.second, opening.heads, "no drift");
+        a.commit().await.unwrap();
+
+        assert_eq!(marked(&store).await, ["demo-1"], "the change stays marked");
+        assert_eq!(
+            current_digest(&store, "demo-1").await.as_deref(),
+            Some(snapshot.snapshot_digest.as_str())
+        );
+        let next = run_all(&store, false).await;
+        assert_eq!((next.projects_scanned, next.already_current), (1, 1));
+        assert_eq!(marked(&store).await, Vec::<String>::new());
+    })
+    .await;
+}
