@@ -337,22 +337,34 @@ async fn write_rows(
     Ok(inserted)
 }
 
-/// The batch's installations, each once; the same id twice must describe the same row.
-fn unique_installations(projects: &[ProjectRows]) -> Result<Vec<&InstallationRow>, StoreError> {
-    let mut seen: HashMap<&str, &InstallationRow> = HashMap::new();
+/// Each row once, by `key`, in order of first appearance; a second row with the same key must
+/// pass `same` against the first (the conflict check used against stored rows, too).
+fn unique_by<'a, R: 'a, K: std::hash::Hash + Eq>(
+    rows: impl Iterator<Item = &'a R>,
+    key: impl Fn(&'a R) -> K,
+    same: impl Fn(&R, &R) -> Result<(), StoreError>,
+) -> Result<Vec<&'a R>, StoreError> {
+    let mut seen: HashMap<K, &R> = HashMap::new();
     let mut out = Vec::new();
-    for row in projects.iter().flat_map(|p| &p.installations) {
-        match seen.entry(&row.installation_id) {
+    for row in rows {
+        match seen.entry(key(row)) {
             Entry::Vacant(v) => {
                 v.insert(row);
                 out.push(row);
             }
-            Entry::Occupied(o) => {
-                installation_conflict(row, &o.get().project_id, &o.get().package_name)?
-            }
+            Entry::Occupied(o) => same(row, o.get())?,
         }
     }
     Ok(out)
+}
+
+/// The batch's installations, each once; the same id twice must describe the same row.
+fn unique_installations(projects: &[ProjectRows]) -> Result<Vec<&InstallationRow>, StoreError> {
+    unique_by(
+        projects.iter().flat_map(|p| &p.installations),
+        |r| r.installation_id.as_str(),
+        |r, first| installation_conflict(r, &first.project_id, &first.package_name),
+    )
 }
 
 fn installation_conflict(
@@ -371,18 +383,11 @@ fn installation_conflict(
 }
 
 fn unique_revisions(projects: &[ProjectRows]) -> Result<Vec<&RevisionRow>, StoreError> {
-    let mut seen: HashMap<&str, &RevisionRow> = HashMap::new();
-    let mut out = Vec::new();
-    for row in projects.iter().flat_map(|p| &p.revisions) {
-        match seen.entry(&row.key) {
-            Entry::Vacant(v) => {
-                v.insert(row);
-                out.push(row);
-            }
-            Entry::Occupied(o) => revision_conflict(row, &o.get().content_digest)?,
-        }
-    }
-    Ok(out)
+    unique_by(
+        projects.iter().flat_map(|p| &p.revisions),
+        |r| r.key.as_str(),
+        |r, first| revision_conflict(r, &first.content_digest),
+    )
 }
 
 fn revision_conflict(row: &RevisionRow, stored_content: &str) -> Result<(), StoreError> {
@@ -396,18 +401,11 @@ fn revision_conflict(row: &RevisionRow, stored_content: &str) -> Result<(), Stor
 }
 
 fn unique_generations(projects: &[ProjectRows]) -> Result<Vec<&GenerationRow>, StoreError> {
-    let mut seen: HashMap<(&str, i64), &GenerationRow> = HashMap::new();
-    let mut out = Vec::new();
-    for row in projects.iter().flat_map(|p| &p.generations) {
-        match seen.entry((&row.installation_id, row.generation)) {
-            Entry::Vacant(v) => {
-                v.insert(row);
-                out.push(row);
-            }
-            Entry::Occupied(o) => generation_conflict(row, o.get().immutable())?,
-        }
-    }
-    Ok(out)
+    unique_by(
+        projects.iter().flat_map(|p| &p.generations),
+        |r| (r.installation_id.as_str(), r.generation),
+        |r, first| generation_conflict(r, first.immutable()),
+    )
 }
 
 fn generation_conflict(
