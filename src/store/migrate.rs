@@ -40,6 +40,7 @@ pub const POSTGRES: &[Migration] = &[
     migration!("postgres", 7, "0007_snapshot_compression.sql"),
     migration!("postgres", 8, "0008_pending_index.sql"),
     migration!("postgres", 9, "0009_revision_slices.sql"),
+    migration!("postgres", 10, "0010_proof_lookups.sql"),
 ];
 
 /// SQLite migrations.
