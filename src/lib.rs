@@ -1,7 +1,8 @@
 //! package-executor builds immutable, content-addressed tool definition snapshots.
 //!
-//! For every project without a current snapshot it observes the active package set twice, reads
-//! each immutable package revision one at a time, validates the tool definitions (data only),
+//! For every project whose packages changed (or, in a full scan, every project without a current
+//! snapshot) it observes the active package set twice, reads the immutable package revisions in
+//! small batches within a memory budget, validates the tool definitions (data only),
 //! and appends a canonical three-digest snapshot to PostgreSQL or SQLite. Replicas converge by
 //! exact replay; consumers read a snapshot only through a proof that it matches the live set.
 //! The contract is `docs/contract.md` (section numbers in comments refer to it); the layout is

@@ -34,15 +34,14 @@ async fn live_heads(store: &Store, project: &str) -> Vec<ActiveHead> {
 async fn planned(store: &Store, project: &str) -> planner::Snapshot {
     let heads = live_heads(store, project).await;
     let mut a = store.begin().await.unwrap();
-    let mut revisions = std::collections::BTreeMap::new();
-    for h in &heads {
-        let bytes = a
-            .revision_content(&h.revision_digest)
-            .await
-            .unwrap()
-            .unwrap();
-        revisions.insert(h.revision_digest.clone(), bytes.bytes().unwrap().to_vec());
-    }
+    let digests: Vec<&str> = heads.iter().map(|h| h.revision_digest.as_str()).collect();
+    let revisions: std::collections::BTreeMap<String, Vec<u8>> = a
+        .revision_contents(&digests)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(d, b)| (d, b.bytes().unwrap().to_vec()))
+        .collect();
     a.rollback().await.unwrap();
     planner::plan(project, heads, |d| {
         revisions.get(d).map(|b| (b.len() as i64, b.as_slice()))

@@ -172,6 +172,14 @@ fn start_in_netns(cluster: &PgCluster, ns: &Netns) {
     ]);
 }
 
+/// SIGKILL to a replica; one that already exited is fine ("No such process" is not news).
+fn kill(pid: u32) {
+    let _ = StdCommand::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .stderr(std::process::Stdio::null())
+        .status();
+}
+
 fn server_running(cluster: &PgCluster) -> bool {
     StdCommand::new("runuser")
         .args(["-u", "postgres", "--"])
@@ -454,10 +462,7 @@ async fn storm(seed: u64, seconds: u64) {
                     replicas.lock().unwrap()[r.below(3) as usize]
                 };
                 if let Some(pid) = victim {
-                    let _ = StdCommand::new("kill")
-                        .args(["-KILL", &pid.to_string()])
-                        .stderr(std::process::Stdio::null())
-                        .status();
+                    kill(pid);
                     counts.kills.fetch_add(1, Ordering::Relaxed);
                 }
             }
@@ -477,11 +482,7 @@ async fn storm(seed: u64, seconds: u64) {
     }
     stop.store(true, Ordering::SeqCst);
     for pid in replicas.lock().unwrap().iter().flatten() {
-        let _ = StdCommand::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            // A replica that already exited is fine: "No such process" is not news.
-            .stderr(std::process::Stdio::null())
-            .status();
+        kill(*pid);
     }
     for t in tasks {
         t.await.unwrap();

@@ -220,6 +220,52 @@ const BATCH_BYTES: u64 = 1 << 20;
 /// 24 MiB costs the driver two to three times its size in buffers, a slice costs only itself.
 const SLICE_BYTES: u64 = 1 << 20;
 
+/// Heads to read in one go: (head index, approved permissions, revision digest), in order.
+struct Batch {
+    heads: Vec<(usize, Vec<String>, String)>,
+    /// Their stored bytes, together.
+    bytes: u64,
+    /// The check that ended the batch, reported once the heads before it are read.
+    failed: Option<Rejection>,
+}
+
+/// The heads from `next` on that pass their row and length checks, in vector order, up to
+/// [`BATCH_BYTES`] (a larger revision alone); advances `next` past them.
+fn next_batch(
+    builder: &SnapshotBuilder,
+    lengths: &HashMap<String, StoredLength>,
+    next: &mut usize,
+) -> Batch {
+    let mut batch = Batch {
+        heads: Vec::new(),
+        bytes: 0,
+        failed: None,
+    };
+    while *next < builder.heads().len() {
+        let approved = match builder.check_row(*next) {
+            Ok(p) => p,
+            Err(r) => {
+                batch.failed = Some(r);
+                break;
+            }
+        };
+        let digest = builder.heads()[*next].revision_digest.clone();
+        let stored = lengths.get(&digest).copied();
+        if let Err(r) = builder.check_stored(*next, stored) {
+            batch.failed = Some(r);
+            break;
+        }
+        let size = stored.map_or(0, |s| s.actual_length.max(0) as u64);
+        if !batch.heads.is_empty() && batch.bytes + size > BATCH_BYTES {
+            break;
+        }
+        batch.heads.push((*next, approved, digest));
+        batch.bytes += size;
+        *next += 1;
+    }
+    batch
+}
+
 /// Reads the revisions in vector order, in batches sized from their stored lengths, and feeds
 /// the builder; a batch's bytes are dropped (and their budget returned) before the next batch
 /// is fetched. `lengths` are the stored lengths read with the first observation (never the
@@ -241,32 +287,11 @@ async fn build(
     // large revision in flight costs its own size once.
     let mut large: Vec<u8> = Vec::new();
     while next < heads {
-        // The heads that pass their row and length checks, in order, up to the batch size; a
-        // failing check ends the batch, and is reported once the heads before it are read.
-        let mut batch: Vec<(usize, Vec<String>, String)> = Vec::new();
-        let (mut need, mut failed) = (0, None);
-        while next < heads {
-            let approved = match builder.check_row(next) {
-                Ok(p) => p,
-                Err(r) => {
-                    failed = Some(r);
-                    break;
-                }
-            };
-            let digest = builder.heads()[next].revision_digest.clone();
-            let stored = lengths.get(&digest).copied();
-            if let Err(r) = builder.check_stored(next, stored) {
-                failed = Some(r);
-                break;
-            }
-            let size = stored.map_or(0, |s| s.actual_length.max(0) as u64);
-            if !batch.is_empty() && need + size > BATCH_BYTES {
-                break;
-            }
-            batch.push((next, approved, digest));
-            need += size;
-            next += 1;
-        }
+        let Batch {
+            heads: batch,
+            bytes: need,
+            failed,
+        } = next_batch(&builder, lengths, &mut next);
         if let [(i, approved, digest)] = batch.as_slice()
             && need > SLICE_BYTES
             && a.dialect() == Dialect::Postgres

@@ -205,27 +205,6 @@ impl Attempt<'_> {
         })
     }
 
-    /// One revision's bytes, fetched alone by a query of its own (`None` when absent or over
-    /// the 24 MiB limit). The bytes stay in the row they arrived in (see [`RevisionBytes`]).
-    pub async fn revision_content(
-        &mut self,
-        revision_digest: &str,
-    ) -> Result<Option<RevisionBytes>, StoreError> {
-        let row = match self {
-            Attempt::Pg(tx) => sqlx::query(for_dialect(Dialect::Postgres, sql::REVISION_CONTENT))
-                .bind(revision_digest)
-                .fetch_optional(&mut **tx)
-                .await?
-                .map(RowOf::Pg),
-            Attempt::Lite(tx) => sqlx::query(for_dialect(Dialect::Sqlite, sql::REVISION_CONTENT))
-                .bind(revision_digest)
-                .fetch_optional(&mut **tx)
-                .await?
-                .map(RowOf::Lite),
-        };
-        row.map(RevisionBytes::new).transpose()
-    }
-
     /// Several revisions' bytes in one statement, by digest (absent or oversized ones left
     /// out). The caller sizes the batch against the memory budget from the stored lengths.
     pub async fn revision_contents(

@@ -85,13 +85,8 @@ macro_rules! length_join {
 pub const OBSERVE_WITH_LENGTHS: &str =
     heads_query!(length_columns!("LENGTH_FN"), length_join!(), "");
 
-/// One revision's bytes, alone, and never more than the 24 MiB limit.
-pub const REVISION_CONTENT: &str = "
-SELECT r.content FROM ql3.materialized_revisions AS r
-WHERE r.revision_digest = $1 AND LENGTH_FN(r.content) <= 25165824";
-
 /// Several revisions' bytes in one statement (PostgreSQL: `$1` a `text[]`), each never more
-/// than the 24 MiB limit; the content first, as [`REVISION_CONTENT`] has it.
+/// than the 24 MiB limit; the content first, where [`RevisionBytes`](super::RevisionBytes) reads it.
 pub const REVISION_CONTENTS_PG: &str = "
 SELECT r.content, r.revision_digest FROM ql3.materialized_revisions AS r
 WHERE r.revision_digest = ANY($1) AND octet_length(r.content) <= 25165824";
