@@ -621,13 +621,29 @@ fn big_revision(k: usize) -> (String, Vec<u8>) {
     (name, bytes)
 }
 
-/// Inserts package `k` of the project `big` with plain statements, on either pool.
-macro_rules! insert_big {
+/// Stores revision `k` of the 3 GiB project once, with plain statements, on either pool.
+macro_rules! insert_big_revision {
     ($pool:expr, $prefix:expr, $k:expr) => {{
+        let (_, bytes) = big_revision($k);
+        let q = |t: &str| AssertSqlSafe(t.replace("ql3.", $prefix));
+        sqlx::query(q("INSERT INTO ql3.materialized_revisions (revision_digest, content, byte_length) VALUES ($1, $2, $3)"))
+            .bind(Digest::of(&bytes).as_str())
+            .bind(&bytes)
+            .bind(bytes.len() as i64)
+            .execute($pool)
+            .await
+            .unwrap();
+    }};
+}
+
+/// Installs package `k` in `project`, pointing at the stored revision `k`: several projects
+/// share the 3 GiB of revisions, so one load serves several measured runs.
+macro_rules! install_big {
+    ($pool:expr, $prefix:expr, $project:expr, $k:expr) => {{
         let (name, bytes) = big_revision($k);
         let rd = Digest::of(&bytes);
         let lock = Digest::of(b"");
-        let inst = format!("big-{}", $k);
+        let inst = format!("{}-{}", $project, $k);
         let gd =
             package_executor::sources::generation_digest(&inst, 1, lock.as_str(), rd.as_str(), &[]);
         let mut tx = $pool.begin().await.unwrap();
@@ -635,16 +651,10 @@ macro_rules! insert_big {
             sqlx::query("SET CONSTRAINTS ALL DEFERRED").execute(&mut *tx).await.unwrap();
         }
         let q = |t: &str| AssertSqlSafe(t.replace("ql3.", $prefix));
-        sqlx::query(q("INSERT INTO ql3.package_installations (installation_id, project_id, package_name, active_generation) VALUES ($1, 'big', $2, 1)"))
+        sqlx::query(q("INSERT INTO ql3.package_installations (installation_id, project_id, package_name, active_generation) VALUES ($1, $2, $3, 1)"))
             .bind(&inst)
+            .bind($project)
             .bind(&name)
-            .execute(&mut *tx)
-            .await
-            .unwrap();
-        sqlx::query(q("INSERT INTO ql3.materialized_revisions (revision_digest, content, byte_length) VALUES ($1, $2, $3)"))
-            .bind(rd.as_str())
-            .bind(&bytes)
-            .bind(bytes.len() as i64)
             .execute(&mut *tx)
             .await
             .unwrap();
@@ -696,7 +706,25 @@ fn measured(
     (result, rss, wall)
 }
 
+/// Extra environments to measure `publish` under besides the default, for experiments:
+/// `PE_RSS_ENV="A=1 B=2;C=3"` measures three runs (default, A+B, C), each on its own project.
+fn rss_variants() -> Vec<Vec<(String, String)>> {
+    let mut variants = vec![Vec::new()];
+    if let Ok(spec) = std::env::var("PE_RSS_ENV") {
+        for v in spec.split(';').filter(|v| !v.trim().is_empty()) {
+            variants.push(
+                v.split_whitespace()
+                    .filter_map(|kv| kv.split_once('='))
+                    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                    .collect(),
+            );
+        }
+    }
+    variants
+}
+
 async fn bench_rss(bin: &PathBuf, dir: &std::path::Path) {
+    let variants = rss_variants();
     for dialect in ["postgres", "sqlite"] {
         let url = if dialect == "postgres" {
             fresh_pg("bench_rss").await
@@ -704,23 +732,39 @@ async fn bench_rss(bin: &PathBuf, dir: &std::path::Path) {
             fresh_sqlite(dir, "rss.db").await
         };
         let store = connect(&url).await;
-        exec(
-            &store,
-            "INSERT INTO ql3.projects (project_id) VALUES ('big')".into(),
-        )
-        .await;
         for k in 0..128 {
             match (store.pg_pool(), store.sqlite_pool()) {
-                (Some(p), _) => insert_big!(p, "ql3.", k),
-                (_, Some(p)) => insert_big!(p, "", k),
+                (Some(p), _) => insert_big_revision!(&p, "ql3.", k),
+                (_, Some(p)) => insert_big_revision!(p, "", k),
                 _ => unreachable!(),
             }
         }
+        for v in 0..variants.len() {
+            let project = format!("big{v}");
+            exec(
+                &store,
+                format!("INSERT INTO ql3.projects (project_id) VALUES ('{project}')"),
+            )
+            .await;
+            for k in 0..128 {
+                match (store.pg_pool(), store.sqlite_pool()) {
+                    (Some(p), _) => install_big!(p, "ql3.", project.as_str(), k),
+                    (_, Some(p)) => install_big!(p, "", project.as_str(), k),
+                    _ => unreachable!(),
+                }
+            }
+        }
         store.close().await;
-        let (result, rss, wall) = measured(bin, &url, &["publish", "big", "--json"], &[]);
-        println!(
-            "[rss/{dialect}] publish of 128 packages x 24 MiB revisions: {result}; {rss}; {wall}"
-        );
+        for (v, env) in variants.iter().enumerate() {
+            let project = format!("big{v}");
+            let env: Vec<(&str, &str)> =
+                env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            let (result, rss, wall) =
+                measured(bin, &url, &["publish", project.as_str(), "--json"], &env);
+            println!(
+                "[rss/{dialect}] publish of 128 packages x 24 MiB revisions {env:?}: {result}; {rss}; {wall}"
+            );
+        }
     }
 }
 

@@ -17,7 +17,28 @@ const APPROVED: [&str; 2] = ["network", "fs.read"];
 /// and its identity and alias are canonical.
 pub fn revision(data: &[u8]) {
     let approved: Vec<String> = APPROVED.iter().map(|s| (*s).to_owned()).collect();
-    match revision::extract(data, PACKAGE, &approved) {
+    let whole = revision::extract(data, PACKAGE, &approved);
+    // The streamed read agrees with the whole read, however the bytes are sliced.
+    let cut = data.first().map_or(1, |b| usize::from(*b % 13) + 1);
+    for slices in [
+        data.chunks(1).collect::<Vec<_>>(),
+        data.chunks(cut).collect(),
+        vec![&data[..data.len() / 2], &data[data.len() / 2..]],
+    ] {
+        let mut stream = revision::RevisionStream::new();
+        for s in &slices {
+            stream.feed(s);
+        }
+        let streamed = stream.finish();
+        assert_eq!(streamed.digest, Digest::of(data));
+        assert_eq!(streamed.len, data.len() as u64);
+        match (&whole, streamed.extract(PACKAGE, &approved)) {
+            (Ok(w), Ok(s)) => assert_eq!(w, &s),
+            (Err(w), Err(s)) => assert_eq!(w.code, s.code, "{} / {}", w.detail, s.detail),
+            (w, s) => panic!("whole read {w:?}, streamed read {s:?}"),
+        }
+    }
+    match whole {
         Ok(contribution) => {
             assert!(semver::Version::parse(&contribution.package_version).is_ok());
             for d in &contribution.definitions {

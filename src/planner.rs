@@ -298,8 +298,30 @@ impl SnapshotBuilder {
         approved: &[String],
         bytes: &[u8],
     ) -> Result<(), Rejection> {
+        let contribution = self
+            .check_digest(i, Digest::of(bytes))
+            .and_then(|name| revision::extract(bytes, name, approved));
+        self.accept(i, contribution)
+    }
+
+    /// Step 2 for a revision read in slices: the same checks as [`Self::add_revision`], on
+    /// what [`revision::RevisionStream`] kept of it.
+    pub fn add_streamed(
+        &mut self,
+        i: usize,
+        approved: &[String],
+        streamed: revision::Streamed,
+    ) -> Result<(), Rejection> {
+        let digest = streamed.digest.clone();
+        let contribution = self
+            .check_digest(i, digest)
+            .and_then(|name| streamed.extract(name, approved));
+        self.accept(i, contribution)
+    }
+
+    /// The digest check, first of a revision's checks; gives the package name on success.
+    fn check_digest(&self, i: usize, actual: Digest) -> Result<&str, Rejection> {
         let h = &self.heads[i];
-        let actual = Digest::of(bytes);
         if actual.as_str() != h.revision_digest {
             return Err(Rejection::new(
                 Code::RevisionDigestMismatch,
@@ -310,8 +332,16 @@ impl SnapshotBuilder {
                 ),
             ));
         }
-        let contribution = revision::extract(bytes, &h.package_name, approved)?;
-        for def in contribution.definitions {
+        Ok(&h.package_name)
+    }
+
+    fn accept(
+        &mut self,
+        i: usize,
+        contribution: Result<revision::Contribution, Rejection>,
+    ) -> Result<(), Rejection> {
+        let h = &self.heads[i];
+        for def in contribution?.definitions {
             self.body_bytes += def.canonical_len;
             let mut entry = Entry {
                 def,

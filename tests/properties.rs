@@ -180,3 +180,92 @@ proptest! {
         prop_assert_ne!(planner::active_vector_digest("proj2", &heads), base);
     }
 }
+
+/// A revision document, as text: a valid one with extra members, or that text damaged.
+fn arb_revision_text() -> impl Strategy<Value = Vec<u8>> {
+    let tools = prop::collection::vec(
+        prop_oneof![
+            3 => "[a-z]{1,6}".prop_map(|n| tool(&n)),
+            1 => arb_json(),
+        ],
+        0..4,
+    );
+    // Skipped members make up most of the text, so most damage lands where only the scanner
+    // looks (kept members are re-parsed strictly either way).
+    let extra = prop::collection::vec(
+        (
+            "[a-z\\\\\"]{0,6}",
+            prop_oneof![
+                arb_json(),
+                prop::collection::vec(arb_json(), 0..12).prop_map(Value::Array),
+                "([a-z ]|\\\\[nt\"/]|1\\.5e-3){0,60}".prop_map(Value::String),
+            ],
+        ),
+        1..6,
+    );
+    let names = prop_oneof![Just("acme.github".to_owned()), "[a-z.]{1,12}"];
+    let doc = (names, tools, extra, any::<bool>()).prop_map(|(name, tools, extra, pretty)| {
+        let mut doc = revision(&name, Value::Array(tools));
+        for (k, v) in extra {
+            doc[k.as_str()] = v;
+        }
+        if pretty {
+            serde_json::to_vec_pretty(&doc).unwrap()
+        } else {
+            scrambled(&doc).into_bytes()
+        }
+    });
+    let edit = (
+        any::<prop::sample::Index>(),
+        prop::sample::select(b"{}[]\",:\\u0e.-+ \x01\x1f\xff\xc3\xe2\x82".to_vec()),
+        0u8..3,
+    );
+    let damage = prop_oneof![
+        2 => Just(Vec::new()),
+        3 => prop::collection::vec(edit, 1..4),
+    ];
+    (doc, damage).prop_map(|(mut bytes, damage)| {
+        for (at, b, how) in damage {
+            let i = at.index(bytes.len() + 1);
+            match how {
+                0 => bytes.insert(i, b),
+                1 if i < bytes.len() => bytes[i] = b,
+                _ if i < bytes.len() => {
+                    bytes.remove(i);
+                }
+                _ => bytes.push(b),
+            }
+        }
+        bytes
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2048))]
+
+    /// The streamed revision reader gives the whole reader's answer, however the bytes are cut.
+    #[test]
+    fn streamed_revision_reads_like_the_whole(
+        bytes in arb_revision_text(),
+        cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..6),
+    ) {
+        use package_executor::revision::{self as rev, RevisionStream};
+        let approved = vec!["network".to_owned()];
+        let whole = rev::extract(&bytes, "acme.github", &approved);
+        let mut at: Vec<usize> = cuts.iter().map(|c| c.index(bytes.len() + 1)).collect();
+        at.push(0);
+        at.push(bytes.len());
+        at.sort_unstable();
+        let mut stream = RevisionStream::new();
+        for w in at.windows(2) {
+            stream.feed(&bytes[w[0]..w[1]]);
+        }
+        let streamed = stream.finish();
+        prop_assert_eq!(&streamed.digest, &package_executor::model::Digest::of(&bytes));
+        match (whole, streamed.extract("acme.github", &approved)) {
+            (Ok(w), Ok(s)) => prop_assert_eq!(w, s),
+            (Err(w), Err(s)) => prop_assert_eq!(w.code, s.code, "{} / {}", w.detail, s.detail),
+            (w, s) => prop_assert!(false, "whole {:?} streamed {:?}", w, s),
+        }
+    }
+}

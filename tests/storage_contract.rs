@@ -1133,16 +1133,21 @@ async fn large_revisions_build_like_small_ones(s: Stores) {
         serde_json::json!({"schema": "qinglong/materialized-revision@v1",
             "package": {"name": name, "version": "1.0.0"},
             "tools": [{"name": "big", "version": "1.0.0", "inputSchema": {"type": "object"}}],
-            "files": {"blob": "y".repeat(3 * 1024 * 1024 + 17)}})
+            "files": {"blob": "y".repeat(9 * 1024 * 1024 + 17)}})
     };
     let text = |name: &str| package_executor::canonical::to_vec(&revision(name));
     let wrong = format!("{}", package_executor::model::Digest::of(b"other bytes"));
+    // A control character deep inside the skipped blob, in the fourth MiB-slice or later.
+    let mut damaged = String::from_utf8(text("big.pkg")).unwrap();
+    damaged.replace_range(7_000_000..7_000_001, "\u{1}");
     let fixture = serde_json::json!({"schema": "package-executor/fixture@v1", "projects": [
         {"projectId": "large", "packages": [{"packageName": "big.pkg", "installationId": "large-1",
             "generations": [{"generation": 1, "status": "active", "revision": revision("big.pkg")}]}]},
         {"projectId": "large-tampered", "packages": [{"packageName": "big.pkg", "installationId": "large-2",
             "generations": [{"generation": 1, "status": "active",
-                "revisionText": String::from_utf8(text("big.pkg")).unwrap(), "revisionDigest": wrong}]}]}]});
+                "revisionText": String::from_utf8(text("big.pkg")).unwrap(), "revisionDigest": wrong}]}]},
+        {"projectId": "large-malformed", "packages": [{"packageName": "big.pkg", "installationId": "large-3",
+            "generations": [{"generation": 1, "status": "active", "revisionText": damaged}]}]}]});
     import(&s.admin, &serde_json::to_vec(&fixture).unwrap()).await;
     let built = publish(&s.exec, "large").await;
     assert_eq!(built.name(), "published", "{built:?}");
@@ -1154,6 +1159,10 @@ async fn large_revisions_build_like_small_ones(s: Stores) {
     assert_eq!(
         publish(&s.exec, "large-tampered").await.reason(),
         Some("revision-digest-mismatch")
+    );
+    assert_eq!(
+        publish(&s.exec, "large-malformed").await.reason(),
+        Some("revision-malformed")
     );
 }
 

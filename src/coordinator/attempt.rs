@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::planner::{ActiveHead, Snapshot, SnapshotBuilder, StoredLength};
 use crate::rejection::Rejection;
 use crate::report::{Outcome, Unresolved};
+use crate::revision::RevisionStream;
 use crate::store::{Attempt, Dialect, ObservedHead, Replay, Session, StoreError, answered};
 
 use super::budget::MemoryBudget;
@@ -216,9 +217,14 @@ async fn cpu<T: Send + 'static>(
 /// revision is read alone. Typical revisions are a few KiB, so most projects need one read.
 const BATCH_BYTES: u64 = 1 << 20;
 
-/// On PostgreSQL a revision larger than this is read in slices of this size: one message of
-/// 24 MiB costs the driver two to three times its size in buffers, a slice costs only itself.
-const SLICE_BYTES: u64 = 1 << 20;
+/// A revision larger than [`BATCH_BYTES`] is read in slices and parsed as they arrive
+/// ([`RevisionStream`]), so it is never whole in memory. On PostgreSQL a slice reads only its
+/// own stored chunks and costs the driver about its own size.
+const SLICE_BYTES_PG: u64 = 1 << 20;
+
+/// SQLite loads the whole value to cut a slice from it, once per statement, so its slices are
+/// larger (fewer whole loads) while still far below the revision's size.
+const SLICE_BYTES_SQLITE: u64 = 4 << 20;
 
 /// Heads to read in one go: (head index, approved permissions, revision digest), in order.
 struct Batch {
@@ -283,87 +289,112 @@ async fn build(
     }
     let heads = builder.heads().len();
     let (mut next, mut total) = (0, 0);
-    // One buffer for the large revisions of this build, reused from one to the next, so a
-    // large revision in flight costs its own size once.
-    let mut large: Vec<u8> = Vec::new();
     while next < heads {
         let Batch {
             heads: batch,
             bytes: need,
             failed,
         } = next_batch(&builder, lengths, &mut next);
-        if let [(i, approved, digest)] = batch.as_slice()
-            && need > SLICE_BYTES
-            && a.dialect() == Dialect::Postgres
-        {
-            let reservation = budget.reserve(need).await;
-            let mut bytes = std::mem::take(&mut large);
-            bytes.clear();
-            bytes.reserve_exact(need as usize);
-            let mut offset = 0;
-            while offset < need {
-                let len = SLICE_BYTES.min(need - offset);
-                let found = answered(
-                    limit,
-                    a.append_revision_slice(digest, offset, len, &mut bytes),
-                )
-                .await?;
-                if !found || bytes.len() as u64 != offset + len {
-                    return Err(StoreError::Transient(format!(
-                        "revision {digest} vanished or changed length while read"
-                    )));
-                }
-                offset += len;
+        let added;
+        (builder, added) = match batch.as_slice() {
+            [] => (builder, Ok(())),
+            [(i, approved, digest)] if need > BATCH_BYTES => {
+                let head = (*i, approved.as_slice(), digest.as_str());
+                read_in_slices(a, budget, builder, head, need, limit).await?
             }
-            total += bytes.len();
-            let (i, approved) = (*i, approved.clone());
-            let (returned, added, buffer) = cpu(true, move || {
-                let added = builder.add_revision(i, &approved, &bytes);
-                (builder, added, bytes)
-            })
-            .await?;
-            builder = returned;
-            large = buffer;
-            drop(reservation);
-            if let Err(r) = added {
-                return Ok(Err(r));
-            }
-        } else if !batch.is_empty() {
-            let reservation = budget.reserve(need).await;
-            let digests: Vec<&str> = batch.iter().map(|(_, _, d)| d.as_str()).collect();
-            let revisions = answered(limit, a.revision_contents(&digests)).await?;
-            if let Some((_, _, d)) = batch.iter().find(|(_, _, d)| !revisions.contains_key(d)) {
-                return Err(StoreError::Transient(format!(
-                    "revision {d} vanished while read"
-                )));
-            }
-            let bytes: usize = revisions.values().map(|r| r.len()).sum();
-            total += bytes;
-            let (returned, added) = cpu(bytes >= OFFLOAD_BYTES, move || {
-                let mut added = Ok(Ok(()));
-                for (i, approved, digest) in &batch {
-                    added = match revisions.get(digest).map(|r| r.bytes()) {
-                        Some(Ok(b)) => Ok(builder.add_revision(*i, approved, b)),
-                        Some(Err(e)) => Err(e),
-                        None => Ok(Ok(())),
-                    };
-                    if !matches!(added, Ok(Ok(()))) {
-                        break;
-                    }
-                }
-                drop(revisions);
-                (builder, added)
-            })
-            .await?;
-            builder = returned;
-            drop(reservation);
-            if let Err(r) = added? {
-                return Ok(Err(r));
-            }
+            _ => read_together(a, budget, builder, batch, need, limit).await?,
+        };
+        total += need;
+        if let Err(r) = added {
+            return Ok(Err(r));
         }
         if let Some(r) = failed {
             return Ok(Err(r));
         }
     }
-    cpu(total >= OFFLOAD_BYTES, move || builder.finish()).await
+    cpu(total >= OFFLOAD_BYTES as u64, move || builder.finish()).await
+}
+
+/// One large revision, `need` stored bytes, read slice by slice into a [`RevisionStream`]. The
+/// budget holds what is really in memory: a slice or two on PostgreSQL; on SQLite also the whole
+/// value SQLite loads to cut each slice.
+async fn read_in_slices(
+    a: &mut Attempt<'_>,
+    budget: &MemoryBudget,
+    builder: SnapshotBuilder,
+    (i, approved, digest): (usize, &[String], &str),
+    need: u64,
+    limit: Option<Duration>,
+) -> Result<(SnapshotBuilder, Result<(), Rejection>), StoreError> {
+    let (slice, held) = match a.dialect() {
+        Dialect::Postgres => (SLICE_BYTES_PG, 2 * SLICE_BYTES_PG),
+        Dialect::Sqlite => (SLICE_BYTES_SQLITE, need + 2 * SLICE_BYTES_SQLITE),
+    };
+    let _reservation = budget.reserve(held.min(2 * need)).await;
+    let mut stream = RevisionStream::new();
+    let mut offset = 0;
+    while offset < need {
+        let len = slice.min(need - offset);
+        let part = answered(limit, a.revision_slice(digest, offset, len))
+            .await?
+            .filter(|p| p.len() as u64 == len)
+            .ok_or_else(|| {
+                StoreError::Transient(format!(
+                    "revision {digest} vanished or changed length while read"
+                ))
+            })?;
+        stream = cpu(true, move || {
+            part.bytes().map(|b| {
+                stream.feed(b);
+                stream
+            })
+        })
+        .await??;
+        offset += len;
+    }
+    let approved = approved.to_vec();
+    cpu(true, move || {
+        let mut builder = builder;
+        let added = builder.add_streamed(i, &approved, stream.finish());
+        (builder, added)
+    })
+    .await
+}
+
+/// Several revisions (together at most [`BATCH_BYTES`], or one that fits) in one statement.
+async fn read_together(
+    a: &mut Attempt<'_>,
+    budget: &MemoryBudget,
+    builder: SnapshotBuilder,
+    batch: Vec<(usize, Vec<String>, String)>,
+    need: u64,
+    limit: Option<Duration>,
+) -> Result<(SnapshotBuilder, Result<(), Rejection>), StoreError> {
+    let _reservation = budget.reserve(need).await;
+    let digests: Vec<&str> = batch.iter().map(|(_, _, d)| d.as_str()).collect();
+    let revisions = answered(limit, a.revision_contents(&digests)).await?;
+    if let Some((_, _, d)) = batch.iter().find(|(_, _, d)| !revisions.contains_key(d)) {
+        return Err(StoreError::Transient(format!(
+            "revision {d} vanished while read"
+        )));
+    }
+    let bytes: usize = revisions.values().map(|r| r.len()).sum();
+    let (builder, added) = cpu(bytes >= OFFLOAD_BYTES, move || {
+        let mut builder = builder;
+        let mut added = Ok(Ok(()));
+        for (i, approved, digest) in &batch {
+            added = match revisions.get(digest).map(|r| r.bytes()) {
+                Some(Ok(b)) => Ok(builder.add_revision(*i, approved, b)),
+                Some(Err(e)) => Err(e),
+                None => Ok(Ok(())),
+            };
+            if !matches!(added, Ok(Ok(()))) {
+                break;
+            }
+        }
+        drop(revisions);
+        (builder, added)
+    })
+    .await?;
+    Ok((builder, added?))
 }

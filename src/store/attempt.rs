@@ -242,36 +242,35 @@ impl Attempt<'_> {
         Ok(out)
     }
 
-    /// Appends `len` bytes of a revision from `offset` (0-based) to `into`, on PostgreSQL;
-    /// false when the revision row is gone. Only the slice travels, so a large revision costs
-    /// the caller its own size (in `into`) and the driver a slice.
-    pub async fn append_revision_slice(
+    /// `len` bytes of a revision from `offset` (0-based), borrowed from the row they arrive in;
+    /// `None` when the revision row is gone. Only the slice travels on PostgreSQL (revisions are
+    /// stored uncompressed there, migration 0009); SQLite loads the whole value to cut it.
+    pub async fn revision_slice(
         &mut self,
         revision_digest: &str,
         offset: u64,
         len: u64,
-        into: &mut Vec<u8>,
-    ) -> Result<bool, StoreError> {
-        let Attempt::Pg(tx) = self else {
-            return Err(StoreError::Other(
-                "revision slices are read on PostgreSQL only; this is a bug, please report it"
-                    .into(),
-            ));
-        };
+    ) -> Result<Option<RevisionBytes>, StoreError> {
         // Revisions are at most 24 MiB, so offsets fit substring()'s int4.
         let to_i32 = |n: u64| i32::try_from(n).map_err(|e| StoreError::Other(e.to_string()));
-        let row = sqlx::query(sql::REVISION_SLICE_PG)
-            .bind(revision_digest)
-            .bind(to_i32(offset + 1)?)
-            .bind(to_i32(len)?)
-            .fetch_optional(&mut **tx)
-            .await?;
-        let Some(row) = row else {
-            return Ok(false);
+        let (from, len) = (to_i32(offset + 1)?, to_i32(len)?);
+        let row = match self {
+            Attempt::Pg(tx) => sqlx::query(sql::REVISION_SLICE_PG)
+                .bind(revision_digest)
+                .bind(from)
+                .bind(len)
+                .fetch_optional(&mut **tx)
+                .await?
+                .map(RowOf::Pg),
+            Attempt::Lite(tx) => sqlx::query(sql::REVISION_SLICE_SQLITE)
+                .bind(revision_digest)
+                .bind(from)
+                .bind(len)
+                .fetch_optional(&mut **tx)
+                .await?
+                .map(RowOf::Lite),
         };
-        let part: &[u8] = row.try_get(0)?;
-        into.extend_from_slice(part);
-        Ok(true)
+        row.map(RevisionBytes::new).transpose()
     }
 
     /// Records a rejection for a project's vector (a second record is ignored).

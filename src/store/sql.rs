@@ -98,6 +98,12 @@ pub const REVISION_SLICE_PG: &str = "
 SELECT substring(r.content FROM $2 FOR $3) AS part FROM ql3.materialized_revisions AS r
 WHERE r.revision_digest = $1";
 
+/// [`REVISION_SLICE_PG`] in SQLite. SQLite loads the whole value to take a slice of it, so
+/// slices there are larger and the memory budget counts the whole revision.
+pub const REVISION_SLICE_SQLITE: &str = "
+SELECT substr(r.content, $2, $3) AS part FROM materialized_revisions AS r
+WHERE r.revision_digest = $1";
+
 /// [`REVISION_CONTENTS_PG`] in SQLite: `$1` a JSON array of digests.
 pub const REVISION_CONTENTS_SQLITE: &str = "
 SELECT r.content, r.revision_digest FROM materialized_revisions AS r

@@ -15,6 +15,10 @@ use crate::identity::{self, ToolIdentity};
 use crate::model::Digest;
 use crate::rejection::{Rejection, RejectionCode as Code};
 
+mod stream;
+
+pub use stream::{RevisionStream, Streamed};
+
 /// The `schema` a revision must declare.
 pub const REVISION_SCHEMA: &str = "qinglong/materialized-revision@v1";
 /// Nesting limit of a whole revision document.
@@ -88,7 +92,7 @@ pub struct Contribution {
 }
 
 /// The kept members of a revision document.
-#[derive(Default)]
+#[derive(Debug, Default)]
 struct Kept {
     schema: Option<Value>,
     package: Option<Value>,
@@ -154,15 +158,28 @@ pub fn extract(
     package_name: &str,
     approved_permissions: &[String],
 ) -> Result<Contribution, Rejection> {
-    let text = canonical::check_utf8_and_depth(bytes, MAX_REVISION_DEPTH)
-        .map_err(|e| malformed(package_name, e))?;
+    let kept = parse_kept(bytes).map_err(|e| malformed(package_name, e))?;
+    validate_kept(kept, package_name, approved_permissions)
+}
+
+/// The kept members of a whole revision held in memory, or why it is not a document.
+fn parse_kept(bytes: &[u8]) -> Result<Kept, String> {
+    let text =
+        canonical::check_utf8_and_depth(bytes, MAX_REVISION_DEPTH).map_err(|e| e.to_string())?;
     let mut de = serde_json::Deserializer::from_str(text);
     de.disable_recursion_limit();
-    let kept = KeptSeed
+    KeptSeed
         .deserialize(&mut de)
         .and_then(|k| de.end().map(|()| k))
-        .map_err(|e| malformed(package_name, e))?;
+        .map_err(|e| e.to_string())
+}
 
+/// Checks the kept members of a parsed revision (shared by the whole and the streamed read).
+fn validate_kept(
+    kept: Kept,
+    package_name: &str,
+    approved_permissions: &[String],
+) -> Result<Contribution, Rejection> {
     match &kept.schema {
         Some(Value::String(s)) if s == REVISION_SCHEMA => {}
         Some(other) => return Err(malformed(package_name, format_args!("schema is {other}"))),
