@@ -294,6 +294,14 @@ async fn bench_run(bin: &PathBuf, dir: &std::path::Path) {
         } else {
             None
         };
+        // `PE_BENCH_BIN2`: another build's cold run on a copy of the same database, measured
+        // right after this one (a before/after pair from one load).
+        let other = match std::env::var("PE_BENCH_BIN2") {
+            Ok(b) if dialect == "postgres" => {
+                Some((PathBuf::from(b), copy_db("bench_run", "bench_other").await))
+            }
+            _ => None,
+        };
         let (cold, v) = run_cli(bin, &url, &["run", "--json", "--concurrency", &concurrency]);
         let rate = n as f64 / cold.as_secs_f64();
         println!(
@@ -301,6 +309,15 @@ async fn bench_run(bin: &PathBuf, dir: &std::path::Path) {
             cold.as_secs_f64(),
             v["published"]
         );
+        if let Some((b, u)) = &other {
+            let (t, v) = run_cli(b, u, &["run", "--json", "--concurrency", &concurrency]);
+            println!(
+                "[run/{dialect}] cold run of {}: {:.2}s, published {}",
+                b.display(),
+                t.as_secs_f64(),
+                v["published"]
+            );
+        }
         if dialect == "postgres"
             && std::env::var("PE_PG_CONF").is_ok_and(|c| c.contains("pg_stat_statements"))
         {

@@ -29,12 +29,10 @@ fn init_logging(format: LogFormat) {
     }
 }
 
-/// mimalloc rather than the system allocator: a build allocates and frees many small
-/// strings and values per revision, and glibc's malloc spent 15% of the executor's CPU on them
-/// (`run` over 3,000 projects: executor CPU 1.05 s against 1.24 s).
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
+// The system allocator, on purpose. mimalloc saved about a fifth of the executor's CPU on a
+// cold run (whose wall time is the database's), but kept freed slice buffers committed: peak
+// RSS of the 3 GiB `publish` bench was 37 MiB on PostgreSQL and 65 MiB on SQLite with it,
+// 19 MiB and 52 MiB without (README, Benchmarks).
 fn main() {
     // A panic anywhere ends the process with exit code 1, after saying where.
     std::panic::set_hook(Box::new(|info| {
