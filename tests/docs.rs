@@ -370,7 +370,8 @@ fn the_pure_core_does_no_io_and_the_store_knows_no_coordinator() {
         "identity.rs",
         "model.rs",
         "rejection.rs",
-        "revision.rs",
+        "revision/mod.rs",
+        "revision/stream.rs",
         "planner.rs",
         "verify.rs",
     ];
