@@ -303,15 +303,25 @@ fn too_deep_at(bytes: &[u8], limit: usize) -> Option<usize> {
     let mut depth = 0usize;
     let mut in_string = false;
     let mut escaped = false;
-    for (i, &b) in bytes.iter().enumerate() {
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
         if in_string {
             if escaped {
                 escaped = false;
-            } else if b == b'\\' {
-                escaped = true;
-            } else if b == b'"' {
-                in_string = false;
+            } else {
+                // Most of a revision is string content: jump to the next quote or backslash.
+                match memchr::memchr2(b'"', b'\\', &bytes[i..]) {
+                    None => return None,
+                    Some(at) => i += at,
+                }
+                if bytes[i] == b'\\' {
+                    escaped = true;
+                } else {
+                    in_string = false;
+                }
             }
+            i += 1;
             continue;
         }
         match b {
@@ -325,6 +335,7 @@ fn too_deep_at(bytes: &[u8], limit: usize) -> Option<usize> {
             b']' | b'}' => depth = depth.saturating_sub(1),
             _ => {}
         }
+        i += 1;
     }
     None
 }

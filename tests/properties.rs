@@ -269,3 +269,48 @@ proptest! {
         }
     }
 }
+
+/// The depth check, byte by byte, as first written: the reference for the fast one.
+fn naive_too_deep(bytes: &[u8], limit: usize) -> bool {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for &b in bytes {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > limit {
+                    return true;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    false
+}
+
+proptest! {
+    /// The depth check skips string content quickly and still counts exactly the brackets
+    /// outside strings, escapes included.
+    #[test]
+    fn depth_check_matches_the_byte_by_byte_reference(
+        s in "[\\[\\]{}\"\\\\a]{0,48}",
+        limit in 0usize..4,
+    ) {
+        let fast = matches!(
+            canonical::check_utf8_and_depth(s.as_bytes(), limit),
+            Err(canonical::JsonError::TooDeep(_))
+        );
+        prop_assert_eq!(fast, naive_too_deep(s.as_bytes(), limit));
+    }
+}

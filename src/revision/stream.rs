@@ -758,6 +758,42 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        /// The sliced depth scan ends in the state the byte-by-byte scan ends in, however the
+        /// bytes are cut (its string skipping jumps over escapes and slice boundaries).
+        #[test]
+        fn depth_scan_counts_like_the_byte_by_byte_scan(
+            s in "[\\[\\]{}\"\\\\a]{0,48}",
+            cut in 0usize..49,
+        ) {
+            let bytes = s.as_bytes();
+            let cut = cut.min(bytes.len());
+            let mut scan = DepthScan::default();
+            scan.feed(&bytes[..cut]);
+            scan.feed(&bytes[cut..]);
+            let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+            for &b in bytes {
+                if in_string {
+                    if escaped {
+                        escaped = false;
+                    } else if b == b'\\' {
+                        escaped = true;
+                    } else if b == b'"' {
+                        in_string = false;
+                    }
+                    continue;
+                }
+                match b {
+                    b'"' => in_string = true,
+                    b'[' | b'{' => depth += 1,
+                    b']' | b'}' => depth = depth.saturating_sub(1),
+                    _ => {}
+                }
+            }
+            proptest::prop_assert_eq!((scan.depth, scan.in_string, scan.escaped), (depth, in_string, escaped));
+        }
+    }
+
     #[test]
     fn problems_rank_as_in_the_whole_read() {
         // Bad UTF-8 late in the text outranks a syntax error early in it; so does depth.
