@@ -354,9 +354,12 @@ impl Attempt<'_> {
         limit: u32,
         scope: Scope,
     ) -> Result<Vec<String>, StoreError> {
-        if let Attempt::Pg(tx) = self {
+        if scope == Scope::Full
+            && let Attempt::Pg(tx) = self
+        {
             // The executor's sessions use generic plans (see Store::connect), but how much of
-            // the keyset the cursor leaves, and the LIMIT, decide this query's best plan.
+            // the keyset the cursor leaves, and the LIMIT, decide the full page's best plan. The
+            // marked page is one index range scan whatever the values: its generic plan serves.
             sqlx::query("SET LOCAL plan_cache_mode = force_custom_plan")
                 .execute(&mut **tx)
                 .await?;
