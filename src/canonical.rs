@@ -300,44 +300,79 @@ pub fn check_utf8_and_depth(bytes: &[u8], limit: usize) -> Result<&str, JsonErro
 
 /// The offset of the first `[` or `{` (outside strings) that nests deeper than `limit`.
 fn too_deep_at(bytes: &[u8], limit: usize) -> Option<usize> {
-    let mut depth = 0usize;
-    let mut in_string = false;
-    let mut escaped = false;
-    let mut i = 0;
-    while i < bytes.len() {
-        let b = bytes[i];
-        if in_string {
-            if escaped {
-                escaped = false;
-            } else {
-                // Most of a revision is string content: jump to the next quote or backslash.
-                match memchr::memchr2(b'"', b'\\', &bytes[i..]) {
-                    None => return None,
-                    Some(at) => i += at,
-                }
-                if bytes[i] == b'\\' {
-                    escaped = true;
+    let mut scan = DepthScan::new(limit);
+    scan.feed(bytes);
+    scan.too_deep_at()
+}
+
+/// The depth check over bytes given in any number of slices: brackets outside strings, whatever
+/// the syntax around them (the parser reports syntax; this only bounds its recursion). Used whole
+/// by [`check_utf8_and_depth`] and slice by slice by the streamed revision reader.
+#[derive(Debug)]
+pub(crate) struct DepthScan {
+    limit: usize,
+    depth: usize,
+    in_string: bool,
+    escaped: bool,
+    /// Bytes fed so far.
+    seen: usize,
+    /// Offset of the first bracket nesting deeper than `limit`.
+    too_deep: Option<usize>,
+}
+
+impl DepthScan {
+    pub(crate) fn new(limit: usize) -> Self {
+        Self {
+            limit,
+            depth: 0,
+            in_string: false,
+            escaped: false,
+            seen: 0,
+            too_deep: None,
+        }
+    }
+
+    /// The offset of the first bracket that nests too deep, once one has been fed.
+    pub(crate) fn too_deep_at(&self) -> Option<usize> {
+        self.too_deep
+    }
+
+    pub(crate) fn feed(&mut self, slice: &[u8]) {
+        let base = self.seen;
+        self.seen += slice.len();
+        let mut i = 0;
+        while i < slice.len() && self.too_deep.is_none() {
+            if self.in_string {
+                if self.escaped {
+                    self.escaped = false;
                 } else {
-                    in_string = false;
+                    // Most of a revision is string content: jump to the next quote or backslash.
+                    match memchr::memchr2(b'"', b'\\', &slice[i..]) {
+                        None => return,
+                        Some(at) => i += at,
+                    }
+                    if slice[i] == b'\\' {
+                        self.escaped = true;
+                    } else {
+                        self.in_string = false;
+                    }
+                }
+            } else {
+                match slice[i] {
+                    b'"' => self.in_string = true,
+                    b'[' | b'{' => {
+                        self.depth += 1;
+                        if self.depth > self.limit {
+                            self.too_deep = Some(base + i);
+                        }
+                    }
+                    b']' | b'}' => self.depth = self.depth.saturating_sub(1),
+                    _ => {}
                 }
             }
             i += 1;
-            continue;
         }
-        match b {
-            b'"' => in_string = true,
-            b'[' | b'{' => {
-                depth += 1;
-                if depth > limit {
-                    return Some(i);
-                }
-            }
-            b']' | b'}' => depth = depth.saturating_sub(1),
-            _ => {}
-        }
-        i += 1;
     }
-    None
 }
 
 /// Parses one JSON document strictly: duplicate member names, lone surrogates, numbers beyond
@@ -570,5 +605,58 @@ mod tests {
             String::from_utf8(to_vec(&v)).unwrap_or_default(),
             "\"a\\\"\\\\\\b\\t\\n\\f\\r\\u0001\\u001f\u{7f}\u{2028}é\""
         );
+    }
+
+    /// The depth check byte by byte, as first written: the reference for the fast one.
+    fn naive(bytes: &[u8], limit: usize) -> (Option<usize>, usize, bool, bool) {
+        let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+        for (i, &b) in bytes.iter().enumerate() {
+            if in_string {
+                if escaped {
+                    escaped = false;
+                } else if b == b'\\' {
+                    escaped = true;
+                } else if b == b'"' {
+                    in_string = false;
+                }
+                continue;
+            }
+            match b {
+                b'"' => in_string = true,
+                b'[' | b'{' => {
+                    depth += 1;
+                    if depth > limit {
+                        return (Some(i), depth, in_string, escaped);
+                    }
+                }
+                b']' | b'}' => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+        }
+        (None, depth, in_string, escaped)
+    }
+
+    proptest::proptest! {
+        /// Whole or cut anywhere, the depth scan skips string content quickly and still ends
+        /// where the byte-by-byte scan ends: the same too-deep offset, depth and string state.
+        #[test]
+        fn depth_scan_matches_the_byte_by_byte_reference(
+            s in "[\\[\\]{}\"\\\\a]{0,48}",
+            cut in 0usize..49,
+            limit in 0usize..4,
+        ) {
+            let bytes = s.as_bytes();
+            let cut = cut.min(bytes.len());
+            let mut scan = DepthScan::new(limit);
+            scan.feed(&bytes[..cut]);
+            scan.feed(&bytes[cut..]);
+            let mut whole = DepthScan::new(limit);
+            whole.feed(bytes);
+            let expected = naive(bytes, limit);
+            for got in [&scan, &whole] {
+                let state = (got.too_deep, got.depth, got.in_string, got.escaped);
+                proptest::prop_assert_eq!(state, expected);
+            }
+        }
     }
 }

@@ -326,21 +326,15 @@ async fn read_in_slices(
     need: u64,
     limit: Option<Duration>,
 ) -> Result<(SnapshotBuilder, Result<(), Rejection>), StoreError> {
-    // What is held while a slice is parsed: on PostgreSQL the driver's buffer, the row and the
-    // copy; on SQLite the whole value SQLite loaded to cut the slice, the slice and its copy
-    // in the row.
+    // What is held while a slice is parsed: on PostgreSQL the driver's read buffer, which the
+    // row borrows (up to two slices while it grows); on SQLite the whole value SQLite loaded to
+    // cut the slice, the slice and its copy in the row.
     let (slice, held) = match a.dialect() {
-        Dialect::Postgres => (SLICE_BYTES_PG, 3 * SLICE_BYTES_PG.min(need)),
+        Dialect::Postgres => (SLICE_BYTES_PG, 2 * SLICE_BYTES_PG.min(need)),
         Dialect::Sqlite => (SLICE_BYTES_SQLITE, need + 2 * SLICE_BYTES_SQLITE.min(need)),
     };
     let _reservation = budget.reserve(held).await;
     let mut stream = RevisionStream::new();
-    // On PostgreSQL each slice is copied out of its row here, and the row dropped on this thread
-    // before the parser runs on the blocking pool: the driver then reuses its read buffer for
-    // the next slice. A row dropped on another thread left the buffer shared, so every slice
-    // allocated a new one (with mimalloc, which kept the freed ones, the 3 GiB publish peaked at
-    // 60 MiB instead of 30 MiB).
-    let mut scratch: Vec<u8> = Vec::new();
     let mut offset = 0;
     while offset < need {
         let len = slice.min(need - offset);
@@ -352,25 +346,13 @@ async fn read_in_slices(
                     "revision {digest} vanished or changed length while read"
                 ))
             })?;
-        (stream, scratch) = if a.dialect() == Dialect::Postgres {
-            scratch.clear();
-            scratch.extend_from_slice(part.bytes()?);
-            drop(part);
-            cpu(true, move || {
-                stream.feed(&scratch);
-                (stream, scratch)
+        stream = cpu(true, move || {
+            part.bytes().map(|b| {
+                stream.feed(b);
+                stream
             })
-            .await?
-        } else {
-            // SQLite's copy of the slice is its own allocation, not a driver buffer: fed in place.
-            cpu(true, move || {
-                part.bytes().map(|b| {
-                    stream.feed(b);
-                    (stream, scratch)
-                })
-            })
-            .await??
-        };
+        })
+        .await??;
         offset += len;
     }
     let approved = approved.to_vec();

@@ -18,7 +18,7 @@ use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 
 use super::{Contribution, Kept, MAX_REVISION_DEPTH, malformed, validate_kept};
-use crate::canonical::{JsonError, StrictValue};
+use crate::canonical::{DepthScan, JsonError, StrictValue};
 use crate::model::Digest;
 use crate::rejection::Rejection;
 
@@ -55,7 +55,7 @@ impl RevisionStream {
             hasher: Sha256::new(),
             len: 0,
             utf8: Utf8Check::default(),
-            depth: DepthScan::default(),
+            depth: DepthScan::new(MAX_REVISION_DEPTH),
             scanner: Scanner::default(),
         }
     }
@@ -74,7 +74,7 @@ impl RevisionStream {
         let digest = Digest::from_sha256(self.hasher.finalize().as_slice());
         let kept = if let Some(at) = self.utf8.finish(self.len) {
             Err(JsonError::NotUtf8(format!("invalid utf-8 sequence at byte {at}")).to_string())
-        } else if self.depth.too_deep {
+        } else if self.depth.too_deep_at().is_some() {
             Err(JsonError::TooDeep(MAX_REVISION_DEPTH).to_string())
         } else {
             self.scanner.finish()
@@ -151,53 +151,6 @@ impl Utf8Check {
     fn finish(&self, len: u64) -> Option<u64> {
         self.bad
             .or((self.carried > 0).then(|| len - self.carried as u64))
-    }
-}
-
-/// The whole read's depth check (`canonical::check_utf8_and_depth`), one slice at a time:
-/// brackets outside strings, whatever the syntax around them.
-#[derive(Debug, Default)]
-struct DepthScan {
-    depth: usize,
-    in_string: bool,
-    escaped: bool,
-    too_deep: bool,
-}
-
-impl DepthScan {
-    fn feed(&mut self, slice: &[u8]) {
-        let mut i = 0;
-        while i < slice.len() && !self.too_deep {
-            if self.in_string {
-                if self.escaped {
-                    self.escaped = false;
-                    i += 1;
-                    continue;
-                }
-                match memchr::memchr2(b'"', b'\\', &slice[i..]) {
-                    None => return,
-                    Some(at) => {
-                        i += at;
-                        if slice[i] == b'\\' {
-                            self.escaped = true;
-                        } else {
-                            self.in_string = false;
-                        }
-                    }
-                }
-            } else {
-                match slice[i] {
-                    b'"' => self.in_string = true,
-                    b'[' | b'{' => {
-                        self.depth += 1;
-                        self.too_deep = self.depth > MAX_REVISION_DEPTH;
-                    }
-                    b']' | b'}' => self.depth = self.depth.saturating_sub(1),
-                    _ => {}
-                }
-            }
-            i += 1;
-        }
     }
 }
 
@@ -756,42 +709,6 @@ mod tests {
                 Some(RejectionCode::RevisionMalformed)
             )
         );
-    }
-
-    proptest::proptest! {
-        /// The sliced depth scan ends in the state the byte-by-byte scan ends in, however the
-        /// bytes are cut (its string skipping jumps over escapes and slice boundaries).
-        #[test]
-        fn depth_scan_counts_like_the_byte_by_byte_scan(
-            s in "[\\[\\]{}\"\\\\a]{0,48}",
-            cut in 0usize..49,
-        ) {
-            let bytes = s.as_bytes();
-            let cut = cut.min(bytes.len());
-            let mut scan = DepthScan::default();
-            scan.feed(&bytes[..cut]);
-            scan.feed(&bytes[cut..]);
-            let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
-            for &b in bytes {
-                if in_string {
-                    if escaped {
-                        escaped = false;
-                    } else if b == b'\\' {
-                        escaped = true;
-                    } else if b == b'"' {
-                        in_string = false;
-                    }
-                    continue;
-                }
-                match b {
-                    b'"' => in_string = true,
-                    b'[' | b'{' => depth += 1,
-                    b']' | b'}' => depth = depth.saturating_sub(1),
-                    _ => {}
-                }
-            }
-            proptest::prop_assert_eq!((scan.depth, scan.in_string, scan.escaped), (depth, in_string, escaped));
-        }
     }
 
     #[test]

@@ -255,14 +255,14 @@ impl Attempt<'_> {
         let to_i32 = |n: u64| i32::try_from(n).map_err(|e| StoreError::Other(e.to_string()));
         let (from, len) = (to_i32(offset + 1)?, to_i32(len)?);
         let row = match self {
-            Attempt::Pg(tx) => sqlx::query(sql::REVISION_SLICE_PG)
+            Attempt::Pg(tx) => sqlx::query(sql::REVISION_SLICE)
                 .bind(revision_digest)
                 .bind(from)
                 .bind(len)
                 .fetch_optional(&mut **tx)
                 .await?
                 .map(RowOf::Pg),
-            Attempt::Lite(tx) => sqlx::query(sql::REVISION_SLICE_SQLITE)
+            Attempt::Lite(tx) => sqlx::query(for_dialect(Dialect::Sqlite, sql::REVISION_SLICE))
                 .bind(revision_digest)
                 .bind(from)
                 .bind(len)

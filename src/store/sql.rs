@@ -91,17 +91,12 @@ pub const REVISION_CONTENTS_PG: &str = "
 SELECT r.content, r.revision_digest FROM ql3.materialized_revisions AS r
 WHERE r.revision_digest = ANY($1) AND octet_length(r.content) <= 25165824";
 
-/// A slice of one revision's bytes (PostgreSQL): `$3` bytes from 1-based offset `$2`. Large
-/// revisions are read this way (see migration 0009: stored uncompressed, a slice reads only its
-/// own chunks).
-pub const REVISION_SLICE_PG: &str = "
-SELECT substring(r.content FROM $2 FOR $3) AS part FROM ql3.materialized_revisions AS r
-WHERE r.revision_digest = $1";
-
-/// [`REVISION_SLICE_PG`] in SQLite. SQLite loads the whole value to take a slice of it, so
-/// slices there are larger and the memory budget counts the whole revision.
-pub const REVISION_SLICE_SQLITE: &str = "
-SELECT substr(r.content, $2, $3) AS part FROM materialized_revisions AS r
+/// A slice of one revision's bytes: `$3` bytes from 1-based offset `$2` (`substr` over bytes on
+/// both dialects). Large revisions are read this way. On PostgreSQL a slice reads only its own
+/// chunks (migration 0009 stores revisions uncompressed); SQLite loads the whole value to cut it,
+/// so slices there are larger and the memory budget counts the whole revision.
+pub const REVISION_SLICE: &str = "
+SELECT substr(r.content, $2, $3) AS part FROM ql3.materialized_revisions AS r
 WHERE r.revision_digest = $1";
 
 /// [`REVISION_CONTENTS_PG`] in SQLite: `$1` a JSON array of digests.
