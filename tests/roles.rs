@@ -137,7 +137,7 @@ async fn open_step_takes_the_claim_once() {
         let mut conn = admin.pg_pool().unwrap().acquire().await.unwrap();
         let prepare = format!(
             "SET plan_cache_mode = force_generic_plan;
-             PREPARE open_step(text, integer, integer) AS {}",
+             PREPARE open_step(text, integer, integer, bigint) AS {}",
             package_executor::store::OPEN_SQL
         );
         sqlx::raw_sql(sqlx::AssertSqlSafe(prepare))
@@ -145,7 +145,7 @@ async fn open_step_takes_the_claim_once() {
             .await
             .unwrap();
         let plan: Vec<String> =
-            sqlx::query_scalar("EXPLAIN VERBOSE EXECUTE open_step('demo-1', 7433267, 1)")
+            sqlx::query_scalar("EXPLAIN VERBOSE EXECUTE open_step('demo-1', 7433267, 1, 262144)")
                 .fetch_all(&mut *conn)
                 .await
                 .unwrap();

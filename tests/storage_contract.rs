@@ -581,8 +581,34 @@ async fn open_and_append_steps(s: Stores) {
         assert_eq!(stored.byte_length, stored.actual_length);
     }
     assert!(opening.rejections.is_empty());
+    assert!(opening.inline.is_empty(), "asked for no contents");
     let empty = a.open("demo-empty").await.unwrap();
     assert!(empty.claimed && empty.heads.is_empty() && empty.lengths.is_empty());
+    a.rollback().await.unwrap();
+
+    // PostgreSQL: revisions within the cap come with the observation, all of them or none,
+    // byte for byte as stored; SQLite reads them apart.
+    let total: i64 = opening.lengths.values().map(|l| l.actual_length).sum();
+    let mut a = s.exec.begin().await.unwrap();
+    let within = a.open_with("demo-1", Some(total as u64)).await.unwrap();
+    let over = a.open_with("demo-1", Some(total as u64 - 1)).await.unwrap();
+    assert_eq!(within.heads, opening.heads);
+    assert_eq!(within.lengths, opening.lengths);
+    assert!(over.inline.is_empty(), "one byte over the cap: none inline");
+    if s.exec.dialect() == Dialect::Postgres {
+        assert_eq!(within.inline.len(), opening.heads.len());
+        for h in &opening.heads {
+            let digest = &h.head.revision_digest;
+            let stored = a.revision_contents(&[digest.as_str()]).await.unwrap();
+            assert_eq!(
+                within.inline[digest],
+                stored[digest].bytes().unwrap(),
+                "{digest}"
+            );
+        }
+    } else {
+        assert!(within.inline.is_empty());
+    }
     a.rollback().await.unwrap();
 
     // The append's second observation equals the first, and the row lands only on commit.

@@ -8,7 +8,9 @@ use crate::planner::{ActiveHead, Snapshot, SnapshotBuilder, StoredLength};
 use crate::rejection::Rejection;
 use crate::report::{Outcome, Unresolved};
 use crate::revision::RevisionStream;
-use crate::store::{Attempt, Dialect, ObservedHead, Replay, Session, StoreError, answered};
+use crate::store::{
+    Attempt, Dialect, ObservedHead, Replay, RevisionBytes, Session, StoreError, answered,
+};
 
 use super::budget::MemoryBudget;
 
@@ -86,7 +88,14 @@ async fn attempt_in(
     project_id: &str,
     limit: Option<Duration>,
 ) -> Result<(Step, bool), StoreError> {
-    let opening = answered(limit, a.open(project_id)).await?;
+    // Memory for revisions that come with the observation, if it is free right now; an
+    // attempt never waits for it (it then reads them as usual).
+    let mut inline_memory = budget.try_reserve(2 * INLINE_BYTES);
+    let cap = inline_memory.as_ref().map(|_| INLINE_BYTES);
+    let mut opening = answered(limit, a.open_with(project_id, cap)).await?;
+    if opening.inline.is_empty() {
+        inline_memory = None;
+    }
     if !opening.claimed {
         return Ok((
             Step::Retry(
@@ -122,7 +131,9 @@ async fn attempt_in(
             commit,
         ));
     }
-    let planned = build(a, budget, builder, &opening.lengths, limit).await?;
+    let inline = std::mem::take(&mut opening.inline);
+    let planned = build(a, budget, builder, &opening.lengths, inline, limit).await?;
+    drop(inline_memory);
     let snapshot = match planned {
         Ok(snapshot) => snapshot,
         Err(rejection) => {
@@ -217,6 +228,11 @@ async fn cpu<T: Send + 'static>(
 /// revision is read alone. Typical revisions are a few KiB, so most projects need one read.
 const BATCH_BYTES: u64 = 1 << 20;
 
+/// A project whose revisions together hold at most this many bytes gets them with its first
+/// observation on PostgreSQL (no read of its own). The attempt holds twice this against the
+/// memory budget meanwhile: the row as it arrived and the contents taken out of it.
+const INLINE_BYTES: u64 = 256 << 10;
+
 /// A revision larger than [`BATCH_BYTES`] is read in slices and parsed as they arrive
 /// ([`RevisionStream`]), so it is never whole in memory. On PostgreSQL a slice reads only its
 /// own stored chunks and costs the driver about its own size.
@@ -282,6 +298,7 @@ async fn build(
     budget: &MemoryBudget,
     mut builder: SnapshotBuilder,
     lengths: &HashMap<String, StoredLength>,
+    mut inline: HashMap<String, Vec<u8>>,
     limit: Option<Duration>,
 ) -> Result<Result<Snapshot, Rejection>, StoreError> {
     if let Err(r) = builder.check_project() {
@@ -298,6 +315,13 @@ async fn build(
         let added;
         (builder, added) = match batch.as_slice() {
             [] => (builder, Ok(())),
+            _ if batch.iter().all(|(_, _, d)| inline.contains_key(d)) => {
+                let revisions = batch
+                    .iter()
+                    .filter_map(|(_, _, d)| inline.remove_entry(d))
+                    .collect();
+                feed(builder, batch, revisions).await?
+            }
             [(i, approved, digest)] if need > BATCH_BYTES => {
                 let head = (*i, approved.as_slice(), digest.as_str());
                 read_in_slices(a, budget, builder, head, need, limit).await?
@@ -381,12 +405,42 @@ async fn read_together(
             "revision {d} vanished while read"
         )));
     }
-    let bytes: usize = revisions.values().map(|r| r.len()).sum();
+    feed(builder, batch, revisions).await
+}
+
+/// Revision bytes as a batch holds them: borrowed from the rows they came in, or owned.
+trait Held: Send + 'static {
+    fn held(&self) -> Result<&[u8], StoreError>;
+}
+
+impl Held for RevisionBytes {
+    fn held(&self) -> Result<&[u8], StoreError> {
+        self.bytes()
+    }
+}
+
+impl Held for Vec<u8> {
+    fn held(&self) -> Result<&[u8], StoreError> {
+        Ok(self)
+    }
+}
+
+/// Feeds a batch's revisions to the builder in vector order, off the async thread when they
+/// are large; stops at the first rejection. The revisions are dropped before returning.
+async fn feed<R: Held>(
+    builder: SnapshotBuilder,
+    batch: Vec<(usize, Vec<String>, String)>,
+    revisions: HashMap<String, R>,
+) -> Result<(SnapshotBuilder, Result<(), Rejection>), StoreError> {
+    let bytes: usize = revisions
+        .values()
+        .map(|r| r.held().map_or(0, <[u8]>::len))
+        .sum();
     let (builder, added) = cpu(bytes >= OFFLOAD_BYTES, move || {
         let mut builder = builder;
         let mut added = Ok(Ok(()));
         for (i, approved, digest) in &batch {
-            added = match revisions.get(digest).map(|r| r.bytes()) {
+            added = match revisions.get(digest).map(Held::held) {
                 Some(Ok(b)) => Ok(builder.add_revision(*i, approved, b)),
                 Some(Err(e)) => Err(e),
                 None => Ok(Ok(())),

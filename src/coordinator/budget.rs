@@ -44,6 +44,14 @@ impl MemoryBudget {
         Reservation { _permit: permit }
     }
 
+    /// Takes `bytes` now if they are free, without waiting (a request larger than the whole
+    /// budget never fits).
+    pub fn try_reserve(&self, bytes: u64) -> Option<Reservation> {
+        let kib = u32::try_from(bytes.div_ceil(1024)).ok()?.max(1);
+        let permit = Arc::clone(&self.permits).try_acquire_many_owned(kib).ok()?;
+        Some(Reservation { _permit: permit })
+    }
+
     /// KiB currently free (for tests and progress).
     pub fn available_kib(&self) -> usize {
         self.permits.available_permits()
@@ -69,6 +77,14 @@ mod tests {
         let small =
             tokio::time::timeout(std::time::Duration::from_secs(5), budget.reserve(4096)).await;
         assert!(small.is_ok());
+        assert_eq!(budget.available_kib(), 6);
+        assert!(
+            budget.try_reserve(7 * 1024).is_none(),
+            "7 KiB do not fit in 6"
+        );
+        let now = budget.try_reserve(6 * 1024).expect("6 KiB fit");
+        assert_eq!(budget.available_kib(), 0);
+        drop(now);
         assert_eq!(budget.available_kib(), 6);
     }
 }

@@ -5,7 +5,9 @@
 //! - [`Attempt::append`]: the second observation together with the snapshot insert.
 //!
 //! On PostgreSQL each step is one statement, because a round trip costs more than the work
-//! of most statements: an attempt is `BEGIN`, open, one read per revision, append, `COMMIT`.
+//! of most statements: an attempt is `BEGIN`, open, append, `COMMIT`, with the revisions'
+//! bytes brought by open when they are small (see [`Attempt::open_with`]) and read in
+//! statements of their own otherwise.
 //! Both reads of a step share one statement snapshot, so nothing can change between them. The
 //! one exception is the currency proof, a statement of its own that open runs only for a
 //! project that has a snapshot (see [`sql::OPEN_PG`]); it runs under the claim, so no other
@@ -41,6 +43,9 @@ pub struct Opening {
     /// The version of the project's mark in the pending index, if it is marked: what a final
     /// outcome clears (see [`Attempt::clear_mark`]).
     pub mark: Option<i64>,
+    /// The heads' revision contents, by revision digest, when they came with the observation
+    /// (PostgreSQL, all of them or none, see [`Attempt::open_with`]); empty otherwise.
+    pub inline: HashMap<String, Vec<u8>>,
 }
 
 /// What an insert that did nothing met: the same snapshot, or another one for this vector.
@@ -68,24 +73,48 @@ pub struct Appending {
 impl Attempt<'_> {
     /// Claims the project and reads everything an attempt needs before the revisions.
     pub async fn open(&mut self, project_id: &str) -> Result<Opening, StoreError> {
+        self.open_with(project_id, None).await
+    }
+
+    /// [`open`](Self::open); on PostgreSQL, when the heads' revisions together hold at most
+    /// `inline` bytes, their contents come with the observation ([`Opening::inline`]), which
+    /// saves the attempt a statement and a round trip. The caller holds memory for them.
+    pub async fn open_with(
+        &mut self,
+        project_id: &str,
+        inline: Option<u64>,
+    ) -> Result<Opening, StoreError> {
         match self {
             Attempt::Pg(tx) => {
+                let cap = inline.map_or(-1, |b| i64::try_from(b).unwrap_or(i64::MAX));
                 let row = sqlx::query(sql::OPEN_PG)
                     .bind(project_id)
                     .bind(CLAIM_CLASS)
                     .bind(claim_key(project_id))
+                    .bind(cap)
                     .fetch_one(&mut **tx)
                     .await?;
                 let claimed: bool = row.try_get("claimed")?;
-                let heads = heads_from_arrays(&row)?;
-                // Aligned with the heads; NULL where the revision row is missing.
+                let mut heads = heads_in_array_order(&row)?;
+                // Aligned with the heads as they came; NULL where the revision row is missing
+                // (and contents NULL unless they all fit the cap).
                 let byte_lengths: Vec<Option<i64>> = row.try_get("byte_lengths")?;
                 let actual_lengths: Vec<Option<i64>> = row.try_get("actual_lengths")?;
+                let contents: Vec<Option<Vec<u8>>> = row.try_get("inline_contents")?;
+                if byte_lengths.len() != heads.len() || contents.len() != heads.len() {
+                    return Err(misaligned());
+                }
                 let lengths = stored_lengths(
                     heads
                         .iter()
                         .zip(byte_lengths.into_iter().zip(actual_lengths)),
                 );
+                let inline = heads
+                    .iter()
+                    .zip(contents)
+                    .filter_map(|(h, c)| Some((h.head.revision_digest.clone(), c?)))
+                    .collect();
+                sort_heads(&mut heads);
                 let vectors: Vec<String> = row.try_get("rejected_vectors")?;
                 let reasons: Vec<String> = row.try_get("rejected_reasons")?;
                 let details: Vec<String> = row.try_get("rejected_details")?;
@@ -110,6 +139,7 @@ impl Attempt<'_> {
                     lengths,
                     rejections,
                     mark,
+                    inline,
                 })
             }
             Attempt::Lite(_) => {
@@ -132,6 +162,7 @@ impl Attempt<'_> {
                     lengths,
                     rejections,
                     mark,
+                    inline: HashMap::new(),
                 })
             }
         }
@@ -301,8 +332,28 @@ fn stored_lengths<'h>(
         .collect()
 }
 
-/// The heads of an `OPEN_PG` or `APPEND_PG` row, which come as parallel arrays.
+/// The heads of an `APPEND_PG` row, in vector order.
 fn heads_from_arrays(row: &sqlx::postgres::PgRow) -> Result<Vec<ObservedHead>, StoreError> {
+    let mut heads = heads_in_array_order(row)?;
+    sort_heads(&mut heads);
+    Ok(heads)
+}
+
+/// Vector order: byte order of package names, which are unique within a project. The arrays
+/// of a row are aggregated without an `ORDER BY` of their own (one would cost a sort each).
+fn sort_heads(heads: &mut [ObservedHead]) {
+    heads.sort_unstable_by(|a, b| a.head.package_name.cmp(&b.head.package_name));
+}
+
+fn misaligned() -> StoreError {
+    StoreError::Other(
+        "the observation's columns have different lengths; this is a bug, please report it".into(),
+    )
+}
+
+/// The heads of an `OPEN_PG` or `APPEND_PG` row, which come as parallel arrays, in the order
+/// of the arrays (which every other array column of the row shares).
+fn heads_in_array_order(row: &sqlx::postgres::PgRow) -> Result<Vec<ObservedHead>, StoreError> {
     let names: Vec<String> = row.try_get("package_names")?;
     let installations: Vec<String> = row.try_get("installation_ids")?;
     let generations: Vec<i64> = row.try_get("generations")?;
@@ -324,10 +375,7 @@ fn heads_from_arrays(row: &sqlx::postgres::PgRow) -> Result<Vec<ObservedHead>, S
     .iter()
     .any(|&len| len != n)
     {
-        return Err(StoreError::Other(
-            "the observation's columns have different lengths; this is a bug, please report it"
-                .into(),
-        ));
+        return Err(misaligned());
     }
     let mut heads = Vec::with_capacity(n);
     let columns = names
@@ -353,7 +401,5 @@ fn heads_from_arrays(row: &sqlx::postgres::PgRow) -> Result<Vec<ObservedHead>, S
             status,
         });
     }
-    // Vector order: byte order of package names, which are unique within a project.
-    heads.sort_unstable_by(|a, b| a.head.package_name.cmp(&b.head.package_name));
     Ok(heads)
 }
