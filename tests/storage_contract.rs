@@ -586,8 +586,8 @@ async fn open_and_append_steps(s: Stores) {
     assert!(empty.claimed && empty.heads.is_empty() && empty.lengths.is_empty());
     a.rollback().await.unwrap();
 
-    // PostgreSQL: revisions within the cap come with the observation, all of them or none,
-    // byte for byte as stored; SQLite reads them apart.
+    // Revisions within the cap come with the observation, all of them or none, byte for byte
+    // as stored.
     let total: i64 = opening.lengths.values().map(|l| l.actual_length).sum();
     let mut a = s.exec.begin().await.unwrap();
     let within = a.open_with("demo-1", Some(total as u64)).await.unwrap();
@@ -595,19 +595,15 @@ async fn open_and_append_steps(s: Stores) {
     assert_eq!(within.heads, opening.heads);
     assert_eq!(within.lengths, opening.lengths);
     assert!(over.inline.is_empty(), "one byte over the cap: none inline");
-    if s.exec.dialect() == Dialect::Postgres {
-        assert_eq!(within.inline.len(), opening.heads.len());
-        for h in &opening.heads {
-            let digest = &h.head.revision_digest;
-            let stored = a.revision_contents(&[digest.as_str()]).await.unwrap();
-            assert_eq!(
-                within.inline[digest],
-                stored[digest].bytes().unwrap(),
-                "{digest}"
-            );
-        }
-    } else {
-        assert!(within.inline.is_empty());
+    assert_eq!(within.inline.len(), opening.heads.len());
+    for h in &opening.heads {
+        let digest = &h.head.revision_digest;
+        let stored = a.revision_contents(&[digest.as_str()]).await.unwrap();
+        assert_eq!(
+            within.inline[digest],
+            stored[digest].bytes().unwrap(),
+            "{digest}"
+        );
     }
     a.rollback().await.unwrap();
 

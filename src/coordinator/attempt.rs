@@ -229,7 +229,7 @@ async fn cpu<T: Send + 'static>(
 const BATCH_BYTES: u64 = 1 << 20;
 
 /// A project whose revisions together hold at most this many bytes gets them with its first
-/// observation on PostgreSQL (no read of its own). The attempt holds twice this against the
+/// observation (no read of its own). The attempt holds twice this against the
 /// memory budget meanwhile: the row as it arrived and the contents taken out of it.
 const INLINE_BYTES: u64 = 256 << 10;
 

@@ -80,10 +80,32 @@ macro_rules! length_join {
     };
 }
 
-/// The first observation with each head's revision lengths (SQLite's open step; PostgreSQL's
-/// is part of [`OPEN_PG`]).
-pub const OBSERVE_WITH_LENGTHS: &str =
-    heads_query!(length_columns!("LENGTH_FN"), length_join!(), "");
+/// The column that brings a head's revision bytes along when all the heads' revisions
+/// together hold at most `$cap` bytes (NULL otherwise). The window sum is taken before any
+/// content is read, so large revisions are never loaded here; a cap of -1 turns it off.
+macro_rules! inline_column {
+    ($length:expr, $cap:expr) => {
+        concat!(
+            ",
+       CASE WHEN sum(",
+            $length,
+            "(r.content)) OVER () <= ",
+            $cap,
+            " THEN r.content END AS inline_content"
+        )
+    };
+}
+
+/// The first observation with each head's revision lengths, and their bytes within the cap
+/// `$2` (SQLite's open step; PostgreSQL's is part of [`OPEN_PG`]).
+pub const OBSERVE_WITH_LENGTHS: &str = heads_query!(
+    concat!(
+        length_columns!("LENGTH_FN"),
+        inline_column!("LENGTH_FN", "$2")
+    ),
+    length_join!(),
+    ""
+);
 
 /// Several revisions' bytes in one statement (PostgreSQL: `$1` a `text[]`), each never more
 /// than the 24 MiB limit; the content first, where [`RevisionBytes`](super::RevisionBytes) reads it.
@@ -322,10 +344,8 @@ macro_rules! live_heads {
 /// is held, whether the project has a snapshot at all, the first observation with each
 /// revision's stored lengths, and the project's recorded rejections. When the heads' revisions
 /// together hold at most `$4` bytes, their contents come too (`inline_contents`, aligned with
-/// the heads), which saves a cold project its revision read: a round trip and a statement,
-/// about a tenth of what a typical project costs client and server. The window sum is taken
-/// before any content is read, so a project with large revisions never has them detoasted
-/// here; `$4 = -1` turns this off. The current proof is
+/// the heads; see [`inline_column!`]), which saves a cold project its revision read: a round
+/// trip and a statement, about a tenth of what a typical project costs client and server. The current proof is
 /// [`CURRENT_DIGEST_PG`], asked only when there is a snapshot: inlined here, its thirty-odd
 /// plan nodes were initialised on every attempt, which cost a cold run (no snapshots yet)
 /// about 5%.
@@ -347,8 +367,7 @@ CROSS JOIN LATERAL (",
     live_heads!(
         concat!(
             length_columns!("octet_length"),
-            ",
-       CASE WHEN sum(octet_length(r.content)) OVER () <= $4 THEN r.content END AS inline_content"
+            inline_column!("octet_length", "$4")
         ),
         ",
          coalesce(array_agg(o.byte_length), '{}') AS byte_lengths,

@@ -44,7 +44,7 @@ pub struct Opening {
     /// outcome clears (see [`Attempt::clear_mark`]).
     pub mark: Option<i64>,
     /// The heads' revision contents, by revision digest, when they came with the observation
-    /// (PostgreSQL, all of them or none, see [`Attempt::open_with`]); empty otherwise.
+    /// (all of them or none, see [`Attempt::open_with`]); empty otherwise.
     pub inline: HashMap<String, Vec<u8>>,
 }
 
@@ -76,9 +76,9 @@ impl Attempt<'_> {
         self.open_with(project_id, None).await
     }
 
-    /// [`open`](Self::open); on PostgreSQL, when the heads' revisions together hold at most
-    /// `inline` bytes, their contents come with the observation ([`Opening::inline`]), which
-    /// saves the attempt a statement and a round trip. The caller holds memory for them.
+    /// [`open`](Self::open); when the heads' revisions together hold at most `inline` bytes,
+    /// their contents come with the observation ([`Opening::inline`]), which saves the attempt
+    /// a statement (and on PostgreSQL a round trip). The caller holds memory for them.
     pub async fn open_with(
         &mut self,
         project_id: &str,
@@ -86,12 +86,11 @@ impl Attempt<'_> {
     ) -> Result<Opening, StoreError> {
         match self {
             Attempt::Pg(tx) => {
-                let cap = inline.map_or(-1, |b| i64::try_from(b).unwrap_or(i64::MAX));
                 let row = sqlx::query(sql::OPEN_PG)
                     .bind(project_id)
                     .bind(CLAIM_CLASS)
                     .bind(claim_key(project_id))
-                    .bind(cap)
+                    .bind(cap(inline))
                     .fetch_one(&mut **tx)
                     .await?;
                 let claimed: bool = row.try_get("claimed")?;
@@ -109,11 +108,7 @@ impl Attempt<'_> {
                         .iter()
                         .zip(byte_lengths.into_iter().zip(actual_lengths)),
                 );
-                let inline = heads
-                    .iter()
-                    .zip(contents)
-                    .filter_map(|(h, c)| Some((h.head.revision_digest.clone(), c?)))
-                    .collect();
+                let inline = inline_contents(heads.iter().zip(contents));
                 sort_heads(&mut heads);
                 let vectors: Vec<String> = row.try_get("rejected_vectors")?;
                 let reasons: Vec<String> = row.try_get("rejected_reasons")?;
@@ -153,7 +148,8 @@ impl Attempt<'_> {
                         ..Opening::default()
                     });
                 }
-                let (heads, lengths) = self.observe_with_lengths(project_id).await?;
+                let (heads, lengths, inline) =
+                    self.observe_with_lengths(project_id, inline).await?;
                 let rejections = self.project_rejections(project_id).await?;
                 Ok(Opening {
                     claimed: true,
@@ -162,21 +158,23 @@ impl Attempt<'_> {
                     lengths,
                     rejections,
                     mark,
-                    inline: HashMap::new(),
+                    inline,
                 })
             }
         }
     }
 
-    /// The first observation with the stored lengths of the heads' revisions (never their
-    /// bytes), in one query.
+    /// The first observation with the stored lengths of the heads' revisions, and their bytes
+    /// when they together hold at most `inline` bytes, in one query.
     async fn observe_with_lengths(
         &mut self,
         project_id: &str,
-    ) -> Result<(Vec<ObservedHead>, HashMap<String, StoredLength>), StoreError> {
+        inline: Option<u64>,
+    ) -> Result<(Vec<ObservedHead>, HashMap<String, StoredLength>, Inline), StoreError> {
         super::on_conn!(self, c, d => {
             let rows = sqlx::query(sql::for_dialect(d, sql::OBSERVE_WITH_LENGTHS))
                 .bind(project_id)
+                .bind(cap(inline))
                 .fetch_all(c)
                 .await?;
             let heads = rows.iter().map(head_of).collect::<Result<Vec<_>, _>>()?;
@@ -184,8 +182,13 @@ impl Attempt<'_> {
                 .iter()
                 .map(|r| Ok((r.try_get("byte_length")?, r.try_get("actual_length")?)))
                 .collect::<Result<Vec<Lengths>, StoreError>>()?;
+            let contents = rows
+                .iter()
+                .map(|r| Ok(r.try_get("inline_content")?))
+                .collect::<Result<Vec<Option<Vec<u8>>>, StoreError>>()?;
             let lengths = stored_lengths(heads.iter().zip(lengths));
-            Ok((heads, lengths))
+            let inline = inline_contents(heads.iter().zip(contents));
+            Ok((heads, lengths, inline))
         })
     }
 
@@ -308,6 +311,21 @@ impl Attempt<'_> {
             }
         })
     }
+}
+
+/// Revision bytes that came with an observation, by revision digest.
+type Inline = HashMap<String, Vec<u8>>;
+
+/// The observation queries' inline cap: -1 (never) when there is none.
+fn cap(inline: Option<u64>) -> i64 {
+    inline.map_or(-1, |b| i64::try_from(b).unwrap_or(i64::MAX))
+}
+
+/// The contents that came with the heads (all of them or none), by revision digest.
+fn inline_contents<'h>(heads: impl Iterator<Item = (&'h ObservedHead, Option<Vec<u8>>)>) -> Inline {
+    heads
+        .filter_map(|(h, c)| Some((h.head.revision_digest.clone(), c?)))
+        .collect()
 }
 
 /// A revision's stored `byte_length` and the actual length of its content, as an observation
