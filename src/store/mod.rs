@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use sqlx::postgres::PgConnectOptions;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{PgPool, SqlitePool};
+use sqlx::{ConnectOptions as _, PgPool, SqlitePool};
 
 pub(crate) use attempt::on_conn;
 pub use attempt::{Attempt, InsertOutcome, RevisionBytes, Scope};
@@ -274,6 +274,15 @@ impl Session {
     }
 }
 
+/// sqlx reports a statement slower than this with its whole text...
+const SLOW_STATEMENT: Duration = Duration::from_secs(1);
+/// ...at DEBUG, not sqlx's default WARN. The executor's statements carry their own bounds
+/// (`statement_timeout`, the answer timeout) and say what failed; a slow but successful one is
+/// expected now and then (a `--full-scan` page over many projects, an import batch of large
+/// revisions, whose text is thousands of placeholders long) and only cluttered an operator's
+/// terminal. `PACKAGE_EXECUTOR_LOG=info,sqlx::query=debug` shows them.
+const SLOW_STATEMENT_LEVEL: log::LevelFilter = log::LevelFilter::Debug;
+
 impl Store {
     /// Connects (SQLite: creating the file if missing).
     pub async fn connect(opts: &ConnectOptions) -> Result<Self, StoreError> {
@@ -303,6 +312,7 @@ impl Store {
                 let configure = |o: PgConnectOptions| {
                     o.application_name("package-executor")
                         .options(settings.clone())
+                        .log_slow_statements(SLOW_STATEMENT_LEVEL, SLOW_STATEMENT)
                 };
                 let target = PgTarget::connect(
                     &opts.url,
@@ -320,7 +330,8 @@ impl Store {
                     .foreign_keys(true)
                     .journal_mode(SqliteJournalMode::Wal)
                     .synchronous(SqliteSynchronous::Normal)
-                    .busy_timeout(Duration::from_secs(30));
+                    .busy_timeout(Duration::from_secs(30))
+                    .log_slow_statements(SLOW_STATEMENT_LEVEL, SLOW_STATEMENT);
                 let pool = SqlitePoolOptions::new()
                     // One writer at a time: SQLite serialises writes anyway, and one connection
                     // avoids upgrade deadlocks between this process's own transactions.
