@@ -80,16 +80,16 @@ macro_rules! length_join {
     };
 }
 
-/// The column that brings a head's revision bytes along when all the heads' revisions
-/// together hold at most `$cap` bytes (NULL otherwise). The window sum is taken before any
-/// content is read, so large revisions are never loaded here; a cap of -1 turns it off.
+/// The column that brings a head's revision bytes along when `$total`, the bytes of all the
+/// heads' revisions, is at most `$cap` (NULL otherwise); a cap of -1 turns it off. The total
+/// is taken from the stored lengths, never by reading the contents.
 macro_rules! inline_column {
-    ($length:expr, $cap:expr) => {
+    ($total:expr, $cap:expr) => {
         concat!(
             ",
-       CASE WHEN sum(",
-            $length,
-            "(r.content)) OVER () <= ",
+       CASE WHEN ",
+            $total,
+            " <= ",
             $cap,
             " THEN r.content END AS inline_content"
         )
@@ -97,11 +97,21 @@ macro_rules! inline_column {
 }
 
 /// The first observation with each head's revision lengths, and their bytes within the cap
-/// `$2` (SQLite's open step; PostgreSQL's is part of [`OPEN_PG`]).
+/// `$2` (SQLite's open step; PostgreSQL's is part of [`OPEN_PG`]). The total is a subquery of
+/// its own, evaluated once: SQLite materialises a window's input rows with every column the
+/// select list uses, so a window sum here would read every revision whole, however large.
 pub const OBSERVE_WITH_LENGTHS: &str = heads_query!(
     concat!(
         length_columns!("LENGTH_FN"),
-        inline_column!("LENGTH_FN", "$2")
+        inline_column!(
+            "(SELECT sum(LENGTH_FN(r2.content))
+         FROM ql3.package_installations AS i2
+         JOIN ql3.package_generations AS g2
+           ON g2.installation_id = i2.installation_id AND g2.generation = i2.active_generation
+         JOIN ql3.materialized_revisions AS r2 ON r2.revision_digest = g2.revision_digest
+         WHERE i2.project_id = $1 AND i2.active_generation IS NOT NULL)",
+            "$2"
+        )
     ),
     length_join!(),
     ""
@@ -345,10 +355,10 @@ macro_rules! live_heads {
 /// revision's stored lengths, and the project's recorded rejections. When the heads' revisions
 /// together hold at most `$4` bytes, their contents come too (`inline_contents`, aligned with
 /// the heads; see [`inline_column!`]), which saves a cold project its revision read: a round
-/// trip and a statement, about a tenth of what a typical project costs client and server. The current proof is
-/// [`CURRENT_DIGEST_PG`], asked only when there is a snapshot: inlined here, its thirty-odd
-/// plan nodes were initialised on every attempt, which cost a cold run (no snapshots yet)
-/// about 5%.
+/// trip and a statement, about a tenth of what a typical project costs client and server.
+/// The current proof is [`CURRENT_DIGEST_PG`], asked only when there is a snapshot: inlined
+/// here, its thirty-odd plan nodes were initialised on every attempt, which cost a cold run
+/// (no snapshots yet) about 5%.
 ///
 /// The claim is a `MATERIALIZED` CTE so that `pg_try_advisory_xact_lock` runs exactly once.
 /// As a plain subquery the planner copied the call into every gate that reads `c.claimed`;
@@ -367,7 +377,9 @@ CROSS JOIN LATERAL (",
     live_heads!(
         concat!(
             length_columns!("octet_length"),
-            inline_column!("octet_length", "$4")
+            // PostgreSQL's window keeps each revision as its TOAST pointer: summing the
+            // lengths reads no content.
+            inline_column!("sum(octet_length(r.content)) OVER ()", "$4")
         ),
         ",
          coalesce(array_agg(o.byte_length), '{}') AS byte_lengths,
