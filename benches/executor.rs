@@ -170,6 +170,21 @@ fn machine_jiffies() -> (u64, u64) {
     (total - idle, total)
 }
 
+/// `KEY=VALUE` pairs separated by whitespace.
+fn env_pairs(spec: &str) -> Vec<(String, String)> {
+    spec.split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+/// The environment of every executor process the bench starts (not of the bench or the
+/// database server): `PE_BENCH_EXEC_ENV="GLIBC_TUNABLES=glibc.malloc.tcache_count=128"` measures
+/// the binary as the container image runs it (see the Dockerfile).
+fn exec_env() -> Vec<(String, String)> {
+    std::env::var("PE_BENCH_EXEC_ENV").map_or_else(|_| Vec::new(), |s| env_pairs(&s))
+}
+
 fn run_cli(bin: &PathBuf, url: &str, args: &[&str]) -> (Duration, serde_json::Value) {
     let before = machine_jiffies();
     let t = Instant::now();
@@ -179,6 +194,7 @@ fn run_cli(bin: &PathBuf, url: &str, args: &[&str]) -> (Duration, serde_json::Va
         .args(args)
         .env("DATABASE_URL", url)
         .env("PACKAGE_EXECUTOR_LOG", "error")
+        .envs(exec_env())
         .output()
         .unwrap();
     let elapsed = t.elapsed();
@@ -700,6 +716,7 @@ fn measured(
         .args(args)
         .env("DATABASE_URL", url)
         .env("PACKAGE_EXECUTOR_LOG", "error")
+        .envs(exec_env())
         .envs(env.iter().copied())
         .output()
         .unwrap();
@@ -729,12 +746,7 @@ fn rss_variants() -> Vec<Vec<(String, String)>> {
     let mut variants = vec![Vec::new()];
     if let Ok(spec) = std::env::var("PE_RSS_ENV") {
         for v in spec.split(';').filter(|v| !v.trim().is_empty()) {
-            variants.push(
-                v.split_whitespace()
-                    .filter_map(|kv| kv.split_once('='))
-                    .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                    .collect(),
-            );
+            variants.push(env_pairs(v));
         }
     }
     variants
