@@ -100,7 +100,37 @@ contract!(
     a_mark_is_cleared_only_at_the_version_read,
     full_scan_finds_a_project_whose_mark_was_lost,
     large_revisions_build_like_small_ones,
+    revisions_read_apart_build_like_inline,
 );
+
+/// Revisions that come with the first observation and revisions read by a statement of their
+/// own (no budget free for them to come inline) give the snapshot the pure planner gives.
+async fn revisions_read_apart_build_like_inline(s: Stores) {
+    use package_executor::coordinator::{MemoryBudget, Step, attempt};
+    import(&s.admin, DEMO).await;
+    let mut session = s.exec.session();
+    // 1 KiB of budget: never room for the inline cap, so every batch is read apart (a
+    // reservation larger than the budget takes all of it and still runs).
+    let tight = MemoryBudget::new(1024);
+    let ample = MemoryBudget::new(96 << 20);
+    for (project, budget, kib) in [("demo-1", &tight, 1), ("demo-2", &ample, 96 << 10)] {
+        let expected = planned(&s.exec, project).await;
+        let step = attempt(&mut session, budget, project).await;
+        let Step::Done(Outcome::Published { snapshot_digest }) = step else {
+            panic!("{project}: {step:?}");
+        };
+        assert_eq!(
+            snapshot_digest,
+            expected.snapshot_digest.as_str(),
+            "{project}"
+        );
+        assert_eq!(
+            budget.available_kib(),
+            kib,
+            "{project}: every byte returned"
+        );
+    }
+}
 
 async fn import_publish_replay(s: Stores) {
     let first = import(&s.admin, DEMO).await;
