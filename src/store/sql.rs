@@ -354,7 +354,7 @@ macro_rules! live_heads {
 /// is held, whether the project has a snapshot at all, the first observation with each
 /// revision's stored lengths, and the project's recorded rejections. When the heads' revisions
 /// together hold at most `$4` bytes, their contents come too (`inline_contents`, aligned with
-/// the heads; see [`inline_column!`]), which saves a cold project its revision read: a round
+/// the heads; see `inline_column!`), which saves a cold project its revision read: a round
 /// trip and a statement, about a tenth of what a typical project costs client and server.
 /// The current proof is [`CURRENT_DIGEST_PG`], asked only when there is a snapshot: inlined
 /// here, its thirty-odd plan nodes were initialised on every attempt, which cost a cold run
