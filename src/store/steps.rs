@@ -100,7 +100,10 @@ impl Attempt<'_> {
                 let byte_lengths: Vec<Option<i64>> = row.try_get("byte_lengths")?;
                 let actual_lengths: Vec<Option<i64>> = row.try_get("actual_lengths")?;
                 let contents: Vec<Option<Vec<u8>>> = row.try_get("inline_contents")?;
-                if byte_lengths.len() != heads.len() || contents.len() != heads.len() {
+                if [byte_lengths.len(), actual_lengths.len(), contents.len()]
+                    .iter()
+                    .any(|&len| len != heads.len())
+                {
                     return Err(misaligned());
                 }
                 let lengths = stored_lengths(
