@@ -240,6 +240,15 @@ async fn raw(url: &str, sql: String) {
 }
 
 /// A copy of database `from` named `to` (no session may be connected to `from`).
+/// Floor/cold-run pairs for the `run` section (`BENCH_PAIRS`, at least 1).
+fn bench_pairs() -> usize {
+    std::env::var("BENCH_PAIRS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1usize)
+        .max(1)
+}
+
 async fn copy_db(from: &str, to: &str) -> String {
     let c = pg::cluster();
     raw(
@@ -310,6 +319,18 @@ async fn bench_run(bin: &PathBuf, dir: &std::path::Path) {
         } else {
             None
         };
+        // `BENCH_PAIRS=N`: N-1 more floor/cold-run pairs, each on fresh copies of the same load
+        // and run back to back, so that the ratio is read from pairs measured minutes apart
+        // rather than from one pair on a machine whose speed drifts by a third within the hour.
+        let mut pairs = Vec::new();
+        if dialect == "postgres" {
+            for i in 1..bench_pairs() {
+                pairs.push((
+                    copy_db("bench_run", &format!("bench_floor_{i}")).await,
+                    copy_db("bench_run", &format!("bench_cold_{i}")).await,
+                ));
+            }
+        }
         // `PE_BENCH_BIN2`: another build's cold run on a copy of the same database, measured
         // right after this one (a before/after pair from one load).
         let other = match std::env::var("PE_BENCH_BIN2") {
@@ -355,6 +376,34 @@ async fn bench_run(bin: &PathBuf, dir: &std::path::Path) {
             took.as_secs_f64(),
             rate / floor_rate
         );
+        let mut ratios = vec![rate / floor_rate];
+        for (i, (floor_url, cold_url)) in pairs.iter().enumerate() {
+            let (took, _) = floor(floor_url).await;
+            let (cold, v) = run_cli(
+                bin,
+                cold_url,
+                &["run", "--json", "--concurrency", &concurrency],
+            );
+            let ratio = took.as_secs_f64() / cold.as_secs_f64();
+            println!(
+                "[run/postgres] pair {}: floor {:.2}s, cold run {:.2}s (published {}); {ratio:.2}x",
+                i + 2,
+                took.as_secs_f64(),
+                cold.as_secs_f64(),
+                v["published"]
+            );
+            ratios.push(ratio);
+        }
+        if ratios.len() > 1 {
+            ratios.sort_by(f64::total_cmp);
+            println!(
+                "[run/postgres] executor/floor throughput over {} pairs: median {:.2}x (lowest {:.2}x, highest {:.2}x)",
+                ratios.len(),
+                ratios[ratios.len() / 2],
+                ratios[0],
+                ratios[ratios.len() - 1]
+            );
+        }
         raw(
             &analyzed_url,
             "ALTER TABLE ql3.tool_definition_snapshots SET (autovacuum_enabled = false);
