@@ -612,6 +612,9 @@ async fn open_and_append_steps(s: Stores) {
     }
     assert!(opening.rejections.is_empty());
     assert!(opening.inline.is_empty(), "asked for no contents");
+    // Imported, so marked: the opening carries the version the plain read finds.
+    assert!(opening.mark.is_some());
+    assert_eq!(opening.mark, a.mark_version("demo-1").await.unwrap());
     let empty = a.open("demo-empty").await.unwrap();
     assert!(empty.claimed && empty.heads.is_empty() && empty.lengths.is_empty());
     a.rollback().await.unwrap();
@@ -673,6 +676,11 @@ async fn open_and_append_steps(s: Stores) {
     assert!(
         opening.rejections.contains_key(vector.as_str()),
         "{opening:?}"
+    );
+    // The same reasons and details as the plain read.
+    assert_eq!(
+        opening.rejections,
+        a.project_rejections("demo-rejected").await.unwrap()
     );
     a.rollback().await.unwrap();
 

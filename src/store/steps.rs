@@ -24,7 +24,7 @@ use sqlx::Row;
 
 use super::attempt::{CLAIM_CLASS, claim_key, head_of};
 use super::sql;
-use super::{Attempt, ObservedHead, RecordedRejection, StoreError};
+use super::{Attempt, Dialect, ObservedHead, RecordedRejection, StoreError};
 use crate::planner::{ActiveHead, Snapshot, StoredLength};
 
 /// What opening an attempt found.
@@ -140,20 +140,25 @@ impl Attempt<'_> {
                     inline,
                 })
             }
-            Attempt::Lite(_) => {
+            Attempt::Lite(tx) => {
                 // One writer per file: the claim always succeeds.
-                let mark = self.mark_version(project_id).await?;
-                if let Some(current) = self.find_current(project_id).await? {
+                let row = sqlx::query(sql::for_dialect(Dialect::Sqlite, sql::OPEN_SQLITE))
+                    .bind(project_id)
+                    .fetch_one(&mut **tx)
+                    .await?;
+                let mark: Option<i64> = row.try_get("mark_version")?;
+                let current: Option<String> = row.try_get("current_digest")?;
+                if current.is_some() {
                     return Ok(Opening {
                         claimed: true,
-                        current: Some(current.snapshot_digest),
+                        current,
                         mark,
                         ..Opening::default()
                     });
                 }
+                let rejections = rejections_from_json(row.try_get("rejections")?)?;
                 let (heads, lengths, inline) =
                     self.observe_with_lengths(project_id, inline).await?;
-                let rejections = self.project_rejections(project_id).await?;
                 Ok(Opening {
                     claimed: true,
                     current: None,
@@ -362,6 +367,19 @@ fn heads_from_arrays(row: &sqlx::postgres::PgRow) -> Result<Vec<ObservedHead>, S
 
 /// Vector order: byte order of package names, which are unique within a project. The arrays
 /// of a row are aggregated without an `ORDER BY` of their own (one would cost a sort each).
+/// The rejections of SQLite's open statement: a JSON array of `[vector, reason, detail]`.
+fn rejections_from_json(text: &str) -> Result<HashMap<String, RecordedRejection>, StoreError> {
+    let rows: Vec<(String, String, String)> = serde_json::from_str(text).map_err(|e| {
+        StoreError::Other(format!(
+            "unreadable rejections from the open statement: {e}"
+        ))
+    })?;
+    Ok(rows
+        .into_iter()
+        .map(|(vector, reason, detail)| (vector, RecordedRejection { reason, detail }))
+        .collect())
+}
+
 fn sort_heads(heads: &mut [ObservedHead]) {
     heads.sort_unstable_by(|a, b| a.head.package_name.cmp(&b.head.package_name));
 }
