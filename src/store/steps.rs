@@ -365,8 +365,6 @@ fn heads_from_arrays(row: &sqlx::postgres::PgRow) -> Result<Vec<ObservedHead>, S
     Ok(heads)
 }
 
-/// Vector order: byte order of package names, which are unique within a project. The arrays
-/// of a row are aggregated without an `ORDER BY` of their own (one would cost a sort each).
 /// The rejections of SQLite's open statement: a JSON array of `[vector, reason, detail]`.
 fn rejections_from_json(text: &str) -> Result<HashMap<String, RecordedRejection>, StoreError> {
     let rows: Vec<(String, String, String)> = serde_json::from_str(text).map_err(|e| {
@@ -380,6 +378,8 @@ fn rejections_from_json(text: &str) -> Result<HashMap<String, RecordedRejection>
         .collect())
 }
 
+/// Vector order: byte order of package names, which are unique within a project. The arrays
+/// of a row are aggregated without an `ORDER BY` of their own (one would cost a sort each).
 fn sort_heads(heads: &mut [ObservedHead]) {
     heads.sort_unstable_by(|a, b| a.head.package_name.cmp(&b.head.package_name));
 }
