@@ -251,29 +251,32 @@ FROM ql3.find_current_tool_snapshot($1) AS f";
 pub const CURRENT_DIGEST_PG: &str =
     "SELECT f.snapshot_digest FROM ql3.find_current_tool_snapshot($1) AS f";
 
-/// The text of `FIND_CURRENT_SQLITE`, for statements that embed it.
+/// The text of `FIND_CURRENT_SQLITE`, for statements that embed it: the matches' id and digest,
+/// and `$columns` of the snapshot besides (`, s.x, s.y`). The matches are read twice, so SQLite
+/// materialises them; a column left out is never read (the open step needs no document).
 macro_rules! find_current_sqlite {
-    () => {
+    ($columns:expr) => {
         concat!(
             "
 WITH matches AS (
-  SELECT s.snapshot_id, s.snapshot_digest, s.active_vector_digest, s.definition_digest,
-         s.canonical_json, s.committed_at
+  SELECT s.snapshot_id, s.snapshot_digest",
+            $columns,
+            "
   FROM tool_definition_snapshots AS s
   WHERE ",
             proof!("$1"),
             "
 )
-SELECT m.snapshot_id, m.snapshot_digest, m.active_vector_digest, m.definition_digest,
-       m.canonical_json, m.committed_at
-FROM matches AS m
+SELECT m.* FROM matches AS m
 WHERE (SELECT COUNT(*) FROM matches) = 1"
         )
     };
 }
 
 /// `find_current` in SQLite: the same proof, one statement; more than one match is absent.
-pub const FIND_CURRENT_SQLITE: &str = find_current_sqlite!();
+pub const FIND_CURRENT_SQLITE: &str = find_current_sqlite!(
+    ", s.active_vector_digest, s.definition_digest, s.canonical_json, s.committed_at"
+);
 
 /// SQLite's open step up to the observation, in one statement (the connection's worker thread
 /// is a hop per statement, and a hop costs more than these lookups): the project's mark
@@ -284,7 +287,7 @@ pub const OPEN_SQLITE: &str = concat!(
     "
 SELECT (SELECT m.version FROM pending_projects AS m WHERE m.project_id = $1) AS mark_version,
        (SELECT c.snapshot_digest FROM (",
-    find_current_sqlite!(),
+    find_current_sqlite!(""),
     "
        ) AS c) AS current_digest,
        (SELECT json_group_array(json_array(r.active_vector_digest, r.reason, r.detail))

@@ -369,7 +369,7 @@ fn heads_from_arrays(row: &sqlx::postgres::PgRow) -> Result<Vec<ObservedHead>, S
 fn rejections_from_json(text: &str) -> Result<HashMap<String, RecordedRejection>, StoreError> {
     let rows: Vec<(String, String, String)> = serde_json::from_str(text).map_err(|e| {
         StoreError::Other(format!(
-            "unreadable rejections from the open statement: {e}"
+            "unreadable rejections from the open statement: {e}; this is a bug, please report it"
         ))
     })?;
     Ok(rows
