@@ -117,7 +117,7 @@ pub async fn connect_migrated(cli: &Cli, max_connections: u32) -> anyhow::Result
 /// The exit code for an error that ended a command.
 pub fn exit_code_for(e: &anyhow::Error) -> i32 {
     match e.downcast_ref::<StoreError>() {
-        Some(s) if s.is_unavailable() || matches!(s, StoreError::Transient(_)) => exit::DATABASE,
+        Some(s) if s.is_unavailable() || s.is_transient() => exit::DATABASE,
         _ => exit::ERROR,
     }
 }

@@ -274,7 +274,10 @@ fn rows_of(p: FixtureProject) -> Result<ProjectRows, StoreError> {
 }
 
 /// Writes one batch; on a refusal, writes it again a row at a time to name the row. Returns
-/// the rows inserted.
+/// the rows inserted. A duplicate key counts as a refusal here: every stored row was compared
+/// first, so the key is one the fixture breaks (a package installed twice under two ids), or
+/// a concurrent import's row, which the row-by-row pass then finds and compares. Any other
+/// error (a full disk, a lost connection) is passed on as it is, never blamed on a row.
 ///
 /// On PostgreSQL the batch runs under a savepoint, because a refused statement aborts the whole
 /// transaction. SQLite undoes only the refused statement and the transaction goes on, and
@@ -293,16 +296,23 @@ async fn write_batch(a: &mut Attempt<'_>, batch: &[ProjectRows]) -> Result<usize
             }
             Ok(n)
         }
-        Err(StoreError::Other(refused)) => {
+        Err(StoreError::Refused(refused) | StoreError::Duplicate(refused)) => {
             if savepoint {
                 a.execute_text("ROLLBACK TO SAVEPOINT import_batch").await?;
             }
+            let mut inserted = 0;
             for p in batch {
-                write_rows(a, std::slice::from_ref(p), 1).await?;
+                inserted += write_rows(a, std::slice::from_ref(p), 1).await?;
             }
-            // Not expected: the rows went in one at a time but not together.
+            if savepoint {
+                // The batch was undone and written again whole, a row at a time: a concurrent
+                // import's rows, committed meanwhile, were found and compared.
+                return Ok(inserted);
+            }
+            // Not expected on SQLite (one writer at a time): the rows went in one at a time
+            // but not together, and the rows the batch wrote before its refusal are uncounted.
             Err(StoreError::Other(format!(
-                "the database refused a batch of the fixture: {refused}"
+                "the database refused a batch of the fixture: {refused}; this is a bug, please report it"
             )))
         }
         Err(e) => Err(e),
@@ -317,7 +327,7 @@ async fn write_rows(
     per_statement: usize,
 ) -> Result<usize, StoreError> {
     let named = |at: &str, e: StoreError| match e {
-        StoreError::Other(m) if per_statement == 1 => input(format!(
+        StoreError::Refused(m) | StoreError::Duplicate(m) if per_statement == 1 => input(format!(
             "{at}: the database refused the row: {m}; fix the fixture"
         )),
         other => other,

@@ -1,5 +1,7 @@
 //! Storage errors, classified by what the caller can do about them.
 
+use sqlx::postgres::PgDatabaseError;
+
 /// What went wrong with the database, sorted by what can be done about it.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -25,6 +27,18 @@ pub enum StoreError {
          the connection was given up (check the server, and the network between it and this pod)"
     )]
     NoAnswer(std::time::Duration),
+    /// The database refused the data itself: a format `CHECK`, a foreign key, a `NOT NULL`, a
+    /// trigger's refusal, a value of the wrong type (exit 1). Writing it again will not help;
+    /// the data must change. A unique key is not here on PostgreSQL: there a duplicate key is
+    /// usually a concurrent twin, and [`StoreError::Duplicate`] says so.
+    #[error("the database refused the data: {0}")]
+    Refused(String),
+    /// A unique key refused a row (PostgreSQL's `23505`): retried like a transient error,
+    /// because a concurrent replica or import writing the same row is the usual cause (exit 8
+    /// when it ends a command). A writer that knows the row is its own, like `sources import`
+    /// after it compared what is stored, may treat it as a refusal.
+    #[error("transient database error: {0}")]
+    Duplicate(String),
     /// Anything else the database refused (exit 1).
     #[error("database error: {0}")]
     Other(String),
@@ -47,7 +61,10 @@ impl StoreError {
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
-            StoreError::Transient(_) | StoreError::Unavailable(_) | StoreError::NoAnswer(_)
+            StoreError::Transient(_)
+                | StoreError::Duplicate(_)
+                | StoreError::Unavailable(_)
+                | StoreError::NoAnswer(_)
         )
     }
 
@@ -67,11 +84,12 @@ impl From<sqlx::Error> for StoreError {
                 let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
                 let message = db.message().to_owned();
                 match code.as_str() {
-                    // serialization_failure, deadlock_detected, unique_violation (a concurrent
-                    // twin), lock_not_available, query_canceled (timeouts), admin shutdown,
-                    // cannot_connect_now, and every connection exception (class 08).
-                    "40001" | "40P01" | "23505" | "55P03" | "57014" | "57P01" | "57P02"
-                    | "57P03" | "25P03" => StoreError::Transient(format!("{code}: {message}")),
+                    // serialization_failure, deadlock_detected, lock_not_available,
+                    // query_canceled (timeouts), admin shutdown, cannot_connect_now, and every
+                    // connection exception (class 08).
+                    "40001" | "40P01" | "55P03" | "57014" | "57P01" | "57P02" | "57P03"
+                    | "25P03" => StoreError::Transient(format!("{code}: {message}")),
+                    "23505" => StoreError::Duplicate(format!("{code}: {message}")),
                     c if c.starts_with("08") => StoreError::Transient(format!("{code}: {message}")),
                     // undefined_table, invalid_schema_name, undefined_function.
                     "42P01" | "3F000" | "42883" => StoreError::NotMigrated(message),
@@ -84,6 +102,13 @@ impl From<sqlx::Error> for StoreError {
                         StoreError::Transient(format!("SQLite {code}: {message}"))
                     }
                     _ if message.starts_with("no such table") => StoreError::NotMigrated(message),
+                    c if refuses_the_data(
+                        c,
+                        db.try_downcast_ref::<PgDatabaseError>().is_some(),
+                    ) =>
+                    {
+                        StoreError::Refused(format!("{code}: {message}"))
+                    }
                     _ => StoreError::Other(if code.is_empty() {
                         message
                     } else {
@@ -98,6 +123,44 @@ impl From<sqlx::Error> for StoreError {
             | sqlx::Error::PoolClosed
             | sqlx::Error::WorkerCrashed => StoreError::Transient(e.to_string()),
             _ => StoreError::Other(e.to_string()),
+        }
+    }
+}
+
+/// Whether an error code says the data itself was refused: PostgreSQL's data exceptions
+/// (class 22), integrity violations (class 23; `23505` is classified before this) and trigger
+/// refusals (`P0001`); SQLite's `SQLITE_CONSTRAINT` (19) with any extended code (a `CHECK`, a
+/// key, a foreign key, `NOT NULL`, a trigger's `RAISE`, a `STRICT` column's type).
+fn refuses_the_data(code: &str, postgres: bool) -> bool {
+    if postgres {
+        code.starts_with("22") || code.starts_with("23") || code == "P0001"
+    } else {
+        code.parse::<u32>().is_ok_and(|c| c & 0xff == 19)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::refuses_the_data;
+
+    #[test]
+    fn refusals_are_told_from_failures_by_code_and_dialect() {
+        // PostgreSQL: check, foreign key, not null, bad input, a trigger's RAISE.
+        for code in ["23514", "23503", "23502", "22P02", "22001", "P0001"] {
+            assert!(refuses_the_data(code, true), "{code}");
+        }
+        // PostgreSQL: a full disk, an I/O error, out of memory, a deadlock are not the data's fault.
+        for code in ["53100", "58030", "53200", "40P01", "XX000"] {
+            assert!(!refuses_the_data(code, true), "{code}");
+        }
+        // SQLite: CHECK, UNIQUE, FOREIGN KEY, NOT NULL, a trigger's RAISE, a STRICT type.
+        for code in ["19", "275", "2067", "787", "1299", "1811", "3091"] {
+            assert!(refuses_the_data(code, false), "{code}");
+        }
+        // SQLite: FULL, IOERR_TRUNCATE (2314, which looks like a PostgreSQL class-23 code),
+        // IOERR_WRITE, a plain error, CORRUPT.
+        for code in ["13", "2314", "778", "1", "11"] {
+            assert!(!refuses_the_data(code, false), "{code}");
         }
     }
 }

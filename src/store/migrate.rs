@@ -280,7 +280,10 @@ fn check_applied(m: &Migration, applied: &[(i64, String)]) -> Result<bool, Store
 
 fn migration_error(m: &Migration, e: sqlx::Error) -> StoreError {
     match StoreError::from(e) {
-        StoreError::Other(msg) | StoreError::Config(msg) | StoreError::NotMigrated(msg) => {
+        StoreError::Other(msg)
+        | StoreError::Refused(msg)
+        | StoreError::Config(msg)
+        | StoreError::NotMigrated(msg) => {
             StoreError::Other(format!("migration {} failed: {msg}", m.name))
         }
         other => other,
