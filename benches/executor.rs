@@ -397,13 +397,10 @@ async fn bench_run(bin: &PathBuf, dir: &std::path::Path) {
             colds.push(cold.as_secs_f64());
         }
         if ratios.len() > 1 {
-            ratios.sort_by(f64::total_cmp);
+            let (lowest, middle, highest) = spread(&mut ratios);
             println!(
-                "[run/postgres] executor/floor throughput over {} pairs: median {:.2}x (lowest {:.2}x, highest {:.2}x)",
+                "[run/postgres] executor/floor throughput over {} pairs: median {middle:.2}x (lowest {lowest:.2}x, highest {highest:.2}x)",
                 ratios.len(),
-                ratios[ratios.len() / 2],
-                ratios[0],
-                ratios[ratios.len() - 1]
             );
         }
         raw(
@@ -423,8 +420,7 @@ async fn bench_run(bin: &PathBuf, dir: &std::path::Path) {
             &["run", "--json", "--concurrency", &concurrency],
         );
         // Against the median of the steady cold runs (one unless `BENCH_PAIRS`).
-        colds.sort_by(f64::total_cmp);
-        let steady = colds[colds.len() / 2];
+        let (_, steady, _) = spread(&mut colds);
         println!(
             "[run/postgres] cold run after VACUUM ANALYZE of the empty snapshot tables (autovacuum off on them): {:.2}s, published {}; {:.2}x the steady cold run ({steady:.2}s, median of {})",
             after.as_secs_f64(),
@@ -433,6 +429,19 @@ async fn bench_run(bin: &PathBuf, dir: &std::path::Path) {
             colds.len()
         );
     }
+}
+
+/// The lowest, median and highest of `values` (not empty); an even count's median is the mean
+/// of the two middle values.
+fn spread(values: &mut [f64]) -> (f64, f64, f64) {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    let median = if n.is_multiple_of(2) {
+        (values[n / 2 - 1] + values[n / 2]) / 2.0
+    } else {
+        values[n / 2]
+    };
+    (values[0], median, values[n - 1])
 }
 
 /// Changes `count` of the projects `b000000..`, spread evenly over `of`: each gets a new
