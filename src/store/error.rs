@@ -83,6 +83,7 @@ impl From<sqlx::Error> for StoreError {
             sqlx::Error::Database(db) => {
                 let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
                 let message = db.message().to_owned();
+                let postgres = db.try_downcast_ref::<PgDatabaseError>().is_some();
                 match code.as_str() {
                     // serialization_failure, deadlock_detected, lock_not_available,
                     // query_canceled (timeouts), admin shutdown, cannot_connect_now, and every
@@ -102,17 +103,13 @@ impl From<sqlx::Error> for StoreError {
                         StoreError::Transient(format!("SQLite {code}: {message}"))
                     }
                     _ if message.starts_with("no such table") => StoreError::NotMigrated(message),
-                    c if refuses_the_data(
-                        c,
-                        db.try_downcast_ref::<PgDatabaseError>().is_some(),
-                    ) =>
-                    {
+                    c if refuses_the_data(c, postgres) => {
                         StoreError::Refused(format!("{code}: {message}"))
                     }
-                    _ => StoreError::Other(if code.is_empty() {
-                        message
-                    } else {
-                        format!("{code}: {message}")
+                    c => StoreError::Other(match (c, next_step(c, postgres)) {
+                        ("", _) => message,
+                        (_, Some(step)) => format!("{code}: {message}; {step}"),
+                        (_, None) => format!("{code}: {message}"),
                     }),
                 }
             }
@@ -139,9 +136,53 @@ fn refuses_the_data(code: &str, postgres: bool) -> bool {
     }
 }
 
+/// What a person should do about a failure that is neither the data's fault nor worth an
+/// immediate retry: the database's storage or memory, seen from either dialect.
+fn next_step(code: &str, postgres: bool) -> Option<&'static str> {
+    const DISK_FULL: &str =
+        "the database's disk is full: free space on it or grow its volume, then run again";
+    const NO_MEMORY: &str =
+        "the database ran out of memory: give it more (or this pod, for SQLite), then run again";
+    if postgres {
+        return match code {
+            "53100" => Some(DISK_FULL),
+            "53200" => Some(NO_MEMORY),
+            "58030" => Some("an I/O error on the database server: check its disks and its log"),
+            _ => None,
+        };
+    }
+    // SQLite's primary result code is the low byte of an extended one.
+    match code.parse::<u32>().ok()? & 0xff {
+        13 => Some(DISK_FULL),
+        7 => Some(NO_MEMORY),
+        8 => Some(
+            "the SQLite file (or its directory) is read-only to this process: check the volume's \
+             mount options and the file's owner and mode",
+        ),
+        10 => Some("an I/O error on the SQLite file: check the volume it lives on"),
+        11 | 26 => {
+            Some("the SQLite file is damaged or is not a database: restore it from a backup")
+        }
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::refuses_the_data;
+    use super::{next_step, refuses_the_data};
+
+    #[test]
+    fn storage_failures_say_what_to_do() {
+        assert!(next_step("53100", true).is_some_and(|s| s.contains("disk is full")));
+        assert!(next_step("13", false).is_some_and(|s| s.contains("disk is full")));
+        // SQLITE_READONLY_DBMOVED (1032) is a read-only file too.
+        assert!(next_step("1032", false).is_some_and(|s| s.contains("read-only")));
+        assert!(next_step("2314", false).is_some_and(|s| s.contains("I/O error")));
+        // A PostgreSQL code is not read as a SQLite number, nor the other way round.
+        assert_eq!(next_step("13", true), None);
+        assert_eq!(next_step("53100", false), None);
+        assert_eq!(next_step("XX000", true), None);
+    }
 
     #[test]
     fn refusals_are_told_from_failures_by_code_and_dialect() {
