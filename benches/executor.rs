@@ -239,7 +239,6 @@ async fn raw(url: &str, sql: String) {
     store.close().await;
 }
 
-/// A copy of database `from` named `to` (no session may be connected to `from`).
 /// Floor/cold-run pairs for the `run` section (`BENCH_PAIRS`, at least 1).
 fn bench_pairs() -> usize {
     std::env::var("BENCH_PAIRS")
@@ -249,6 +248,7 @@ fn bench_pairs() -> usize {
         .max(1)
 }
 
+/// A copy of database `from` named `to` (no session may be connected to `from`).
 async fn copy_db(from: &str, to: &str) -> String {
     let c = pg::cluster();
     raw(
