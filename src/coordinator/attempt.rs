@@ -443,7 +443,12 @@ async fn feed<R: Held>(
             added = match revisions.get(digest).map(Held::held) {
                 Some(Ok(b)) => Ok(builder.add_revision(*i, approved, b)),
                 Some(Err(e)) => Err(e),
-                None => Ok(Ok(())),
+                // Both callers check that every head's revision is present; were one missing,
+                // its package would silently drop out of the snapshot, so fail the attempt.
+                None => Err(StoreError::Other(format!(
+                    "revision {digest} is missing from the batch read for it; this is a bug, \
+                     please report it"
+                ))),
             };
             if !matches!(added, Ok(Ok(()))) {
                 break;
@@ -454,4 +459,42 @@ async fn feed<R: Held>(
     })
     .await?;
     Ok((builder, added?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(package: &str, revision: &str) -> ActiveHead {
+        ActiveHead {
+            package_name: package.into(),
+            installation_id: format!("{package}-i"),
+            generation: 1,
+            generation_digest: format!("sha256:{}", "1".repeat(64)),
+            lock_digest: format!("sha256:{}", "2".repeat(64)),
+            revision_digest: revision.into(),
+            approved_permissions: "[]".into(),
+        }
+    }
+
+    /// A head whose revision is not in its batch fails the attempt instead of leaving its
+    /// package out of the snapshot.
+    #[tokio::test]
+    async fn a_revision_missing_from_its_batch_fails_the_attempt() {
+        let content = br#"{"schema":"qinglong/materialized-revision@v1","package":{"name":"x","version":"1.0.0"},"tools":[]}"#.to_vec();
+        let a = crate::model::Digest::of(&content).as_str().to_owned();
+        let b = format!("sha256:{}", "b".repeat(64));
+        let builder = SnapshotBuilder::new("p", vec![head("x", &a), head("y", &b)]);
+        let batch = vec![(0, vec![], a.clone()), (1, vec![], b.clone())];
+        let revisions = HashMap::from([(a.clone(), content)]);
+        let err = feed(builder, batch, revisions)
+            .await
+            .err()
+            .map(|e| e.to_string());
+        assert!(
+            err.as_deref()
+                .is_some_and(|e| e.contains(&b) && e.contains("missing")),
+            "{err:?}"
+        );
+    }
 }
