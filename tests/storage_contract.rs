@@ -911,12 +911,13 @@ async fn import_streams_all_or_nothing_and_idempotent(s: Stores) {
     );
     assert_eq!(source_rows(&s.admin).await, rows);
     // A second installation of a stored package, under a new id: the unique key refuses it,
-    // and the refusal names the row (not a retryable error) on both dialects.
+    // and the refusal names the row and the stored id (not a retryable error) on both dialects.
     let twin = with_last_project(late("fine", "zz-twin"));
     let err = sources::import_bytes(&s.admin, &twin).await.unwrap_err();
     assert!(
-        err.to_string()
-            .contains("project zz-last package fine: the database refused the row"),
+        err.to_string().contains(
+            "project zz-last package fine: the project already has this package, as installation zz-i"
+        ),
         "{err}"
     );
     assert!(!err.is_transient(), "{err:?}");

@@ -515,6 +515,27 @@ async fn write_installations(
         if missing.is_empty() {
             return Ok(0);
         }
+        if let [only] = missing.as_slice() {
+            // One row, as when a refused batch is written again row by row: a stored
+            // installation of the same package under another id is named before the insert,
+            // because on PostgreSQL nothing more can be read once an insert is refused.
+            let other: Option<String> = sqlx::query_scalar(crate::store::sql_for(
+                d,
+                "SELECT i.installation_id FROM ql3.package_installations AS i
+                 WHERE i.project_id = $1 AND i.package_name = $2",
+            ))
+            .bind(only.project_id.as_str())
+            .bind(only.package_name.as_str())
+            .fetch_optional(&mut *c)
+            .await?;
+            if let Some(other) = other {
+                return Err(input(format!(
+                    "{}: the project already has this package, as installation {other}; a project \
+                     installs a package once, so use installation id {other} in the fixture",
+                    only.at
+                )));
+            }
+        }
         let mut b = QueryBuilder::<Db>::new(format!(
             "INSERT INTO {} (installation_id, project_id, package_name, active_generation) ",
             table(d, "package_installations")
