@@ -25,7 +25,10 @@ fn init_logging(format: LogFormat) {
             .with_current_span(false)
             .init();
     } else {
-        builder.with_target(false).init();
+        // Colours only on a terminal (and not under NO_COLOR): text logs redirected to a
+        // file or a pipe stay plain.
+        let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+        builder.with_target(false).with_ansi(colour).init();
     }
 }
 

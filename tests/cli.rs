@@ -231,4 +231,38 @@ fn database_problems_exit_8() {
         .unwrap();
     assert_eq!(code(&o), 8);
     assert!(String::from_utf8_lossy(&o.stderr).contains("DATABASE_URL"));
+    // An unreachable server and a SQLite file that cannot be opened each say what to check;
+    // text logs to a pipe carry no colour codes.
+    let o = run(
+        &[
+            "--database-url",
+            "postgres://nobody@127.0.0.1:1/none",
+            "--log-format",
+            "text",
+            "current",
+            "p",
+        ],
+        None,
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("check DATABASE_URL and that the server is up"),
+        "{err}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}/missing/x.db", dir.path().display());
+    let o = run(
+        &["--database-url", &url, "--log-format", "text", "run"],
+        None,
+    );
+    assert_eq!(code(&o), 8);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("the SQLite file's directory must exist") && !err.contains("server"),
+        "{err}"
+    );
+    assert!(
+        !err.contains('\u{1b}'),
+        "no ANSI escapes in piped text logs: {err}"
+    );
 }

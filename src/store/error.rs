@@ -5,8 +5,9 @@ use sqlx::postgres::PgDatabaseError;
 /// What went wrong with the database, sorted by what can be done about it.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    /// The server cannot be reached (exit 8).
-    #[error("database unavailable: {0}; check DATABASE_URL and that the server is up")]
+    /// The server cannot be reached, or the SQLite file cannot be opened (exit 8). The text
+    /// says what to check.
+    #[error("database unavailable: {0}")]
     Unavailable(String),
     /// The schema is missing or old (exit 8).
     #[error("the database is not migrated: {0}; run `package-executor migrate` first")]
@@ -51,8 +52,23 @@ impl StoreError {
         match StoreError::from(e) {
             StoreError::Transient(m) | StoreError::Other(m) => match super::tls::hint(&m) {
                 Some(hint) => StoreError::Unavailable(format!("{m} ({hint})")),
-                None => StoreError::Unavailable(m),
+                None => StoreError::Unavailable(format!(
+                    "{m}; check DATABASE_URL and that the server is up"
+                )),
             },
+            other => other,
+        }
+    }
+
+    /// Classifies a failure to open a SQLite file: the file cannot be used (exit 8).
+    pub(crate) fn from_sqlite_open(e: sqlx::Error) -> Self {
+        match StoreError::from(e) {
+            StoreError::Transient(m) | StoreError::Other(m) | StoreError::Refused(m) => {
+                StoreError::Unavailable(format!(
+                    "{m}; check DATABASE_URL: the SQLite file's directory must exist, and this \
+                     process must be able to write to it"
+                ))
+            }
             other => other,
         }
     }

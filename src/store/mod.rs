@@ -341,7 +341,7 @@ impl Store {
                     .acquire_timeout(Duration::from_secs(600))
                     .connect_with(connect)
                     .await
-                    .map_err(StoreError::from_connect)?;
+                    .map_err(StoreError::from_sqlite_open)?;
                 Pool::Lite(pool)
             }
             None => {

@@ -213,9 +213,10 @@ impl PgTarget {
             let all_tls = last.iter().all(|why| super::tls::hint(why).is_some());
             if started.elapsed() >= self.failover_timeout || all_tls {
                 let heard = last.join("; ");
-                let hint = super::tls::hint(&heard)
-                    .map(|h| format!(" ({h})"))
-                    .unwrap_or_default();
+                let hint = super::tls::hint(&heard).map_or_else(
+                    || "; check DATABASE_URL and that the servers are up".to_owned(),
+                    |h| format!(" ({h})"),
+                );
                 return Err(StoreError::Unavailable(format!(
                     "none of the {} hosts accepts {} connections: {heard}{hint}",
                     self.hosts.len(),

@@ -96,7 +96,7 @@ impl Store {
             Err(_) => {
                 session.discard();
                 Err(StoreError::Unavailable(format!(
-                    "no answer within {timeout:?}"
+                    "no answer within {timeout:?}; check DATABASE_URL and that the server is up"
                 )))
             }
         }
