@@ -78,15 +78,18 @@ pub async fn explain(cli: &Cli, project: &str) -> anyhow::Result<i32> {
     let rejection = a.project_rejections(project).await?.remove(vector.as_str());
     a.rollback().await?;
     println!("project {project}");
-    println!(
-        "  live vector    {vector} ({} active packages{})",
-        live.len(),
-        if live.len() > 128 {
-            ", over the limit of 128"
-        } else {
-            ""
+    // The observation reads at most one head past the limit, so past it the count is a floor.
+    let count = match live.len() {
+        1 => "1 active package".to_owned(),
+        n if n > planner::MAX_PACKAGES => {
+            format!(
+                "more than {} active packages, over the limit",
+                planner::MAX_PACKAGES
+            )
         }
-    );
+        n => format!("{n} active packages"),
+    };
+    println!("  live vector    {vector} ({count})");
     for o in &live {
         println!(
             "    {} installation {} generation {} ({})",
