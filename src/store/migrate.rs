@@ -280,8 +280,10 @@ fn check_applied(m: &Migration, applied: &[(i64, String)]) -> Result<bool, Store
 
 fn migration_error(m: &Migration, e: sqlx::Error) -> StoreError {
     match StoreError::from(e) {
+        // A duplicate key here is the data's (migrations run one at a time), not a twin's.
         StoreError::Other(msg)
         | StoreError::Refused(msg)
+        | StoreError::Duplicate(msg)
         | StoreError::Config(msg)
         | StoreError::NotMigrated(msg) => {
             StoreError::Other(format!("migration {} failed: {msg}", m.name))
