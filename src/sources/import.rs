@@ -546,7 +546,7 @@ async fn write_installations(
             // One row, as when a refused batch is written again row by row: a stored
             // installation of the same package under another id is named before the insert,
             // because on PostgreSQL nothing more can be read once an insert is refused.
-            let other: Option<String> = sqlx::query_scalar(crate::store::sql_for(
+            let other: Option<String> = sqlx::query_scalar(super::q(
                 d,
                 "SELECT i.installation_id FROM ql3.package_installations AS i
                  WHERE i.project_id = $1 AND i.package_name = $2",

@@ -148,8 +148,13 @@ fn refuses_the_data(code: &str, postgres: bool) -> bool {
     if postgres {
         code.starts_with("22") || code.starts_with("23") || code == "P0001"
     } else {
-        code.parse::<u32>().is_ok_and(|c| c & 0xff == 19)
+        sqlite_primary(code) == Some(19)
     }
+}
+
+/// SQLite's primary result code: the low byte of an extended one (`None` for anything else).
+fn sqlite_primary(code: &str) -> Option<u32> {
+    code.parse::<u32>().ok().map(|c| c & 0xff)
 }
 
 /// What a person should do about a failure that is neither the data's fault nor worth an
@@ -167,8 +172,7 @@ fn next_step(code: &str, postgres: bool) -> Option<&'static str> {
             _ => None,
         };
     }
-    // SQLite's primary result code is the low byte of an extended one.
-    match code.parse::<u32>().ok()? & 0xff {
+    match sqlite_primary(code)? {
         13 => Some(DISK_FULL),
         7 => Some(NO_MEMORY),
         8 => Some(
