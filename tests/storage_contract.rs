@@ -101,6 +101,7 @@ contract!(
     full_scan_finds_a_project_whose_mark_was_lost,
     large_revisions_build_like_small_ones,
     revisions_read_apart_build_like_inline,
+    permission_arrays_are_checked_alike,
 );
 
 /// Revisions that come with the first observation and revisions read by a statement of their
@@ -770,6 +771,49 @@ async fn format_checks_agree_with_the_model(s: Stores) {
             if s.admin.dialect() == Dialect::Postgres { "'\\x'::bytea" } else { "X''" }
         )).await;
         assert_eq!(r.is_ok(), is_digest(d), "digest {d:?}: {r:?}");
+    }
+}
+
+/// Approved permissions must be a JSON array of distinct strings, whatever its length: the
+/// SQLite trigger compares short arrays in pairs and counts distinct values in long ones, and
+/// both dialects accept and refuse the same arrays.
+async fn permission_arrays_are_checked_alike(s: Stores) {
+    import(&s.admin, DEMO).await;
+    let list = |n: usize, dup: Option<(usize, usize)>| {
+        let mut items: Vec<String> = (0..n).map(|i| format!("p{i}")).collect();
+        if let Some((from, to)) = dup {
+            items[to] = items[from].clone();
+        }
+        serde_json::to_string(&items).unwrap()
+    };
+    let cases: Vec<(String, bool)> = vec![
+        ("[]".into(), true),
+        (r#"["a"]"#.into(), true),
+        (r#"["a","A"]"#.into(), true),
+        (r#"["a","a"]"#.into(), false),
+        (r#"["a","\u0061"]"#.into(), false),
+        (r#"["a",1]"#.into(), false),
+        (r#"[1]"#.into(), false),
+        (r#"[null]"#.into(), false),
+        (r#"[["a"]]"#.into(), false),
+        (r#"{"a":"b"}"#.into(), false),
+        (r#""a""#.into(), false),
+        ("not json".into(), false),
+        (list(16, None), true),
+        (list(16, Some((0, 15))), false),
+        (list(16, Some((7, 8))), false),
+        (list(17, None), true),
+        (list(17, Some((0, 16))), false),
+        (list(40, None), true),
+        (list(40, Some((3, 39))), false),
+    ];
+    for (n, (perms, ok)) in cases.iter().enumerate() {
+        let r = exec(&s.admin, &format!(
+            "INSERT INTO ql3.package_generations (installation_id, generation, status, generation_digest, lock_digest, revision_digest, approved_permissions) VALUES ('demo-1-docs', {}, 'staged', {D}, {D}, {D}, '{}')",
+            100 + n,
+            perms.replace('\'', "''")
+        )).await;
+        assert_eq!(r.is_ok(), *ok, "approved permissions {perms}: {r:?}");
     }
 }
 

@@ -48,6 +48,7 @@ pub const SQLITE: &[Migration] = &[
     migration!("sqlite", 1, "0001_source_tables.sql"),
     migration!("sqlite", 2, "0002_snapshot_tables.sql"),
     migration!("sqlite", 3, "0003_pending_index.sql"),
+    migration!("sqlite", 4, "0004_permissions_trigger.sql"),
 ];
 
 /// The six group roles of contract section 8.
