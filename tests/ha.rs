@@ -55,6 +55,7 @@ impl Pair {
             bindir: primary.bindir.clone(),
             as_root: primary.as_root,
         };
+        pg::remove_after_exit(&base, &[&primary.dir, &standby.dir]);
         let data = standby.data_dir();
         standby.run(
             "pg_basebackup",

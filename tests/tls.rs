@@ -87,6 +87,7 @@ fn server() -> &'static TlsServer {
             base.join("pg"),
             "listen_addresses = '127.0.0.1,127.0.0.2'\n",
         );
+        pg::remove_after_exit(&base, &[&cluster.dir]);
         // Set up over plaintext while pg_hba.conf still trusts it: a migrated template and the
         // logins (roles are cluster-wide).
         let admin = cluster.url("postgres");

@@ -256,6 +256,33 @@ impl PgCluster {
     }
 }
 
+/// Removes `base` once this test process is gone and the clusters under it have been emptied
+/// by their own watchdogs (which run as `postgres`, so they cannot remove what root created:
+/// `base` itself and the cluster directories in it were left behind, empty, on every run).
+/// Waits at most a minute for them, so it never removes a running server's files.
+pub fn remove_after_exit(base: &Path, clusters: &[&Path]) {
+    let pid = std::process::id();
+    let pending: Vec<String> = clusters
+        .iter()
+        .map(|c| format!("[ -n \"$(ls -A '{}' 2>/dev/null)\" ]", c.display()))
+        .collect();
+    let script = format!(
+        "while [ -d /proc/{pid} ]; do sleep 0.5; done; \
+         i=0; while [ $i -lt 120 ] && {{ {}; }}; do sleep 0.5; i=$((i+1)); done; \
+         [ $i -lt 120 ] && rm -rf '{}'",
+        pending.join(" || "),
+        base.display()
+    );
+    let mut cmd = Command::new("setsid");
+    cmd.args(["sh", "-c", &script])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    // Deliberately not waited for: it outlives this process to clean up after it.
+    #[allow(clippy::zombie_processes)]
+    let _watchdog = cmd.spawn().expect("spawn cleanup watchdog");
+}
+
 fn path(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
 }
