@@ -229,7 +229,7 @@ impl PgCluster {
             self.data_dir().display(),
             self.dir.display()
         );
-        let mut cmd = if self.as_root {
+        let cmd = if self.as_root {
             let mut c = Command::new("runuser");
             c.args(["-u", "postgres", "--", "setsid", "sh", "-c", &script]);
             c
@@ -238,12 +238,7 @@ impl PgCluster {
             c.args(["sh", "-c", &script]);
             c
         };
-        cmd.stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null());
-        // Deliberately not waited for: it outlives this process to clean up after it.
-        #[allow(clippy::zombie_processes)]
-        let _watchdog = cmd.spawn().expect("spawn watchdog");
+        detach(cmd);
     }
 
     pub fn url(&self, db: &str) -> String {
@@ -274,13 +269,18 @@ pub fn remove_after_exit(base: &Path, clusters: &[&Path]) {
         base.display()
     );
     let mut cmd = Command::new("setsid");
-    cmd.args(["sh", "-c", &script])
-        .stdin(std::process::Stdio::null())
+    cmd.args(["sh", "-c", &script]);
+    detach(cmd);
+}
+
+/// Starts a watchdog with no standard streams and does not wait for it: it outlives this
+/// process to clean up after it.
+fn detach(mut cmd: Command) {
+    cmd.stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
-    // Deliberately not waited for: it outlives this process to clean up after it.
     #[allow(clippy::zombie_processes)]
-    let _watchdog = cmd.spawn().expect("spawn cleanup watchdog");
+    let _watchdog = cmd.spawn().expect("spawn watchdog");
 }
 
 fn path(p: &Path) -> &str {
