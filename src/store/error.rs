@@ -2,6 +2,9 @@
 
 use sqlx::postgres::PgDatabaseError;
 
+/// What to check when a server gives no answer or cannot be reached.
+pub(crate) const CHECK_SERVER: &str = "check DATABASE_URL and that the server is up";
+
 /// What went wrong with the database, sorted by what can be done about it.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -52,9 +55,7 @@ impl StoreError {
         match StoreError::from(e) {
             StoreError::Transient(m) | StoreError::Other(m) => match super::tls::hint(&m) {
                 Some(hint) => StoreError::Unavailable(format!("{m} ({hint})")),
-                None => StoreError::Unavailable(format!(
-                    "{m}; check DATABASE_URL and that the server is up"
-                )),
+                None => StoreError::Unavailable(format!("{m}; {CHECK_SERVER}")),
             },
             other => other,
         }

@@ -96,7 +96,8 @@ impl Store {
             Err(_) => {
                 session.discard();
                 Err(StoreError::Unavailable(format!(
-                    "no answer within {timeout:?}; check DATABASE_URL and that the server is up"
+                    "no answer within {timeout:?}; {}",
+                    super::error::CHECK_SERVER
                 )))
             }
         }
