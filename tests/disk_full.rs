@@ -1,0 +1,168 @@
+//! A full disk under a real SQLite file: the import and the run write nothing partial, say what
+//! to do, and carry on once there is room again.
+//!
+//! The disk is filled with SQLite's own `PRAGMA max_page_count`: once the file would grow past
+//! it, every write fails with `SQLITE_FULL` (13), the very result code a full volume gives, on
+//! the same code paths (the pager refuses the page). The pragma holds per connection, so these
+//! stores have a pool of one connection. PostgreSQL's `53100` takes a full volume under the
+//! server, which this harness cannot make without mounting one; its classification is unit
+//! tested in `store/error.rs`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "support/db.rs"]
+mod db;
+#[path = "support/fixtures.rs"]
+mod fixtures;
+#[path = "support/pg.rs"]
+mod pg;
+
+use std::future::Future;
+use std::time::Duration;
+
+use db::*;
+use package_executor::coordinator::{Coordinator, LogObserver, RunSettings, Stop};
+use package_executor::report::{Outcome, Unresolved};
+use package_executor::sources;
+use package_executor::store::{ConnectOptions, Store, StoreError};
+
+async fn within<F: Future<Output = ()>>(f: F) {
+    tokio::time::timeout(Duration::from_secs(120), f)
+        .await
+        .expect("test timed out");
+}
+
+/// A store on `url` whose only connection lets the file grow by `room` pages at most.
+async fn cramped(url: &str, room: i64) -> Store {
+    let store = Store::connect(&ConnectOptions {
+        max_connections: 1,
+        ..ConnectOptions::new(url)
+    })
+    .await
+    .expect("connect");
+    let pages = scalar(&store, "PRAGMA page_count").await;
+    exec(&store, &format!("PRAGMA max_page_count = {}", pages + room))
+        .await
+        .unwrap();
+    assert_eq!(
+        scalar(&store, "PRAGMA max_page_count").await,
+        pages + room,
+        "the limit did not take"
+    );
+    store
+}
+
+/// Lifts the limit on the store's connection.
+async fn make_room(store: &Store) {
+    exec(store, "PRAGMA max_page_count = 1073741823")
+        .await
+        .unwrap();
+}
+
+/// Rows in the source tables, the snapshot tables and the pending index.
+async fn counts(store: &Store) -> Vec<i64> {
+    let mut out = Vec::new();
+    for table in [
+        "projects",
+        "package_installations",
+        "package_generations",
+        "materialized_revisions",
+        "tool_definition_snapshots",
+        "tool_definition_snapshot_sources",
+        "tool_definition_snapshot_rejections",
+        "pending_projects",
+    ] {
+        out.push(scalar(store, &format!("SELECT COUNT(*) FROM {table}")).await);
+    }
+    out
+}
+
+#[test]
+fn an_import_that_fills_the_disk_writes_nothing_and_says_what_to_do() {
+    pg::block_on(within(async {
+        let (url, _dir) = pg::fresh_sqlite().await;
+        let store = cramped(&url, 16).await;
+        import(&store, DEMO).await;
+        let before = counts(&store).await;
+
+        // 80 revisions of 16 KiB each: far more than 16 pages.
+        let big = fixtures::many_projects(10, 4, 2, 16 << 10);
+        let err = sources::import_bytes(&store, &big)
+            .await
+            .expect_err("the import fit in 16 pages");
+        // Passed on as the database's failure, with the next step; never blamed on a row.
+        assert!(matches!(err, StoreError::Other(_)), "{err:?}");
+        let text = err.to_string();
+        assert!(text.contains("13: database or disk is full"), "{text}");
+        assert!(
+            text.contains("free space on it or grow its volume"),
+            "{text}"
+        );
+        assert!(!text.contains("fix the fixture"), "{text}");
+        assert_eq!(counts(&store).await, before, "the failed import left rows");
+
+        // With room again the same connection imports the same file whole.
+        make_room(&store).await;
+        let report = sources::import_bytes(&store, &big).await.expect("import");
+        assert_eq!(report.projects, 10);
+        assert_eq!(
+            scalar(&store, "SELECT COUNT(*) FROM projects").await,
+            before[0] + 10
+        );
+        store.close().await;
+    }));
+}
+
+#[test]
+fn a_run_that_fills_the_disk_writes_nothing_and_leaves_the_projects_pending() {
+    pg::block_on(within(async {
+        let (url, _dir) = pg::fresh_sqlite().await;
+        {
+            let store = connect(&url).await;
+            // Four tools in each of eight packages: a snapshot needs pages of its own.
+            import(&store, &fixtures::many_projects(6, 8, 4, 0)).await;
+            store.close().await;
+        }
+        let store = cramped(&url, 0).await;
+        let settings = RunSettings {
+            concurrency: 1,
+            max_attempts: 1,
+            final_probes: 0,
+            ..settings()
+        };
+        let report = Coordinator::new(store.clone(), settings, Stop::default(), &LogObserver)
+            .run()
+            .await;
+        // Nothing fit: every project is unresolved for the database, with the next step, and
+        // the run exits 3, which a Job retries (after someone has made room).
+        let summary = &report.summary;
+        assert_eq!(summary.published, 0, "{summary:?}");
+        assert_eq!(summary.exit_code, 3, "{summary:?}");
+        assert_eq!(summary.unresolved.get("database"), Some(&6), "{summary:?}");
+        for (project, outcome) in &report.outcomes {
+            match outcome {
+                Outcome::Unresolved {
+                    reason: Unresolved::Database,
+                    detail,
+                } => assert!(
+                    detail.contains("disk is full: free space on it"),
+                    "{project}: {detail}"
+                ),
+                other => panic!("{project}: {other:?}"),
+            }
+        }
+        assert_eq!(
+            counts(&store).await[4..7],
+            [0, 0, 0],
+            "a snapshot row was written"
+        );
+        assert_eq!(marked(&store).await.len(), 6, "a project lost its mark");
+
+        make_room(&store).await;
+        let again = run_all(&store, false).await;
+        assert_eq!(again.exit_code, 0, "{again:?}");
+        assert_eq!(again.published, 6);
+        assert_eq!(partial_snapshots(&store).await, 0);
+        assert!(marked(&store).await.is_empty());
+        store.close().await;
+    }));
+}
