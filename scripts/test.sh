@@ -91,6 +91,6 @@ cat target/tmp/storm-report.txt
 echo "== PostgreSQL-backed tests on $("$PG18_BINDIR/postgres" --version) ($PG18_BINDIR)"
 export PE_PG_BINDIR="$PG18_BINDIR" PE_PG_MAJOR=18
 rm -f target/tmp/storm-report.txt
-cargo test --locked --test storage_contract --test plans --test roles --test run --test ha --test storm
+cargo test --locked --test storage_contract --test plans --test roles --test run --test ha --test storm --test disk_full
 cat target/tmp/storm-report.txt
 cargo test --locked --test tls a_server_without_tls

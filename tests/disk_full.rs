@@ -1,12 +1,14 @@
-//! A full disk under a real SQLite file: the import and the run write nothing partial, say what
-//! to do, and carry on once there is room again.
+//! A full disk: the import and the run write nothing partial, say what to do, and carry on
+//! once there is room again, on both dialects, with the result codes of the databases' own write
+//! paths.
 //!
-//! The disk is filled with SQLite's own `PRAGMA max_page_count`: once the file would grow past
-//! it, every write fails with `SQLITE_FULL` (13), the very result code a full volume gives, on
-//! the same code paths (the pager refuses the page). The pragma holds per connection, so these
-//! stores have a pool of one connection. PostgreSQL's `53100` takes a full volume under the
-//! server, which this harness cannot make without mounting one; its classification is unit
-//! tested in `store/error.rs`.
+//! SQLite: the file is held to its size with SQLite's own `PRAGMA max_page_count`; once it would
+//! grow past it, every write fails with `SQLITE_FULL` (13), the result code a full volume gives,
+//! from the same place (the pager refuses the page). The pragma holds per connection, so these
+//! stores have a pool of one connection.
+//!
+//! PostgreSQL: the snapshot tables move to a tablespace on a small tmpfs, which a file then
+//! fills, so the server fails to extend them with `53100` (needs root to mount, like the storm).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "support/db.rs"]
@@ -77,7 +79,7 @@ async fn counts(store: &Store) -> Vec<i64> {
 }
 
 #[test]
-fn an_import_that_fills_the_disk_writes_nothing_and_says_what_to_do() {
+fn a_sqlite_import_that_fills_the_disk_writes_nothing_and_says_what_to_do() {
     pg::block_on(within(async {
         let (url, _dir) = pg::fresh_sqlite().await;
         let store = cramped(&url, 16).await;
@@ -113,7 +115,7 @@ fn an_import_that_fills_the_disk_writes_nothing_and_says_what_to_do() {
 }
 
 #[test]
-fn a_run_that_fills_the_disk_writes_nothing_and_leaves_the_projects_pending() {
+fn a_sqlite_run_that_fills_the_disk_writes_nothing_and_leaves_the_projects_pending() {
     pg::block_on(within(async {
         let (url, _dir) = pg::fresh_sqlite().await;
         {
@@ -164,5 +166,193 @@ fn a_run_that_fills_the_disk_writes_nothing_and_leaves_the_projects_pending() {
         assert_eq!(partial_snapshots(&store).await, 0);
         assert!(marked(&store).await.is_empty());
         store.close().await;
+    }));
+}
+
+/// A tmpfs of a few pages, unmounted (lazily: the server keeps its files open) when dropped.
+struct SmallVolume {
+    dir: tempfile::TempDir,
+}
+
+impl SmallVolume {
+    /// Mounts a tmpfs of `kib` KiB owned by the OS user the servers run as.
+    fn mount(kib: u32) -> Self {
+        assert!(
+            pg::is_root(),
+            "filling a PostgreSQL volume needs root (mount); CI runs as root"
+        );
+        let dir = tempfile::tempdir().expect("tempdir");
+        let id = |flag: &str| {
+            let out = std::process::Command::new("id")
+                .args([flag, "postgres"])
+                .output()
+                .expect("id");
+            String::from_utf8_lossy(&out.stdout).trim().to_owned()
+        };
+        let options = format!("size={kib}k,mode=0700,uid={},gid={}", id("-u"), id("-g"));
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &options, "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .expect("mount");
+        assert!(mounted.success(), "mount -t tmpfs failed");
+        Self { dir }
+    }
+
+    fn path(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
+    /// Takes every free byte of the volume with a file of its own; returns the file.
+    fn fill(&self) -> std::path::PathBuf {
+        let file = self.path().join("filler");
+        let mut f = std::fs::File::create(&file).expect("filler");
+        let chunk = vec![0u8; 4096];
+        loop {
+            use std::io::Write as _;
+            match f.write_all(&chunk) {
+                Ok(()) => {}
+                Err(e) if e.raw_os_error() == Some(28) => break, // ENOSPC
+                Err(e) => panic!("filling the volume: {e}"),
+            }
+        }
+        file
+    }
+}
+
+impl Drop for SmallVolume {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+/// Moves `tables` (with their TOAST tables) to a tablespace on a small volume, then fills it;
+/// returns the volume and the file that fills it.
+async fn fill_under(admin: &Store, tables: &[&str]) -> (SmallVolume, std::path::PathBuf) {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let volume = SmallVolume::mount(256);
+    // Tablespaces are cluster-wide, and the tests of this binary share a cluster.
+    let space = format!(
+        "pe_full_{}_{}",
+        std::process::id(),
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+    );
+    let location = volume.path().display();
+    exec(
+        admin,
+        &format!("CREATE TABLESPACE {space} LOCATION '{location}'"),
+    )
+    .await
+    .unwrap();
+    for table in tables {
+        exec(
+            admin,
+            &format!("ALTER TABLE ql3.{table} SET TABLESPACE {space}"),
+        )
+        .await
+        .unwrap();
+    }
+    let filler = volume.fill();
+    (volume, filler)
+}
+
+#[test]
+fn a_postgres_import_that_fills_the_disk_writes_nothing_and_says_what_to_do() {
+    pg::block_on(within(async {
+        let url = pg::fresh_db().await;
+        let admin = connect(&url).await;
+        import(&admin, DEMO).await;
+        let projects = "SELECT COUNT(*) FROM ql3.projects";
+        let revisions = "SELECT COUNT(*) FROM ql3.materialized_revisions";
+        let before = (
+            scalar(&admin, projects).await,
+            scalar(&admin, revisions).await,
+        );
+        let (_volume, filler) = fill_under(&admin, &["materialized_revisions"]).await;
+
+        let big = fixtures::many_projects(10, 4, 2, 16 << 10);
+        let err = sources::import_bytes(&admin, &big)
+            .await
+            .expect_err("the import fit on a full volume");
+        assert!(matches!(err, StoreError::Other(_)), "{err:?}");
+        let text = err.to_string();
+        assert!(text.contains("53100"), "{text}");
+        assert!(
+            text.contains("free space on it or grow its volume"),
+            "{text}"
+        );
+        assert!(!text.contains("fix the fixture"), "{text}");
+        let after = (
+            scalar(&admin, projects).await,
+            scalar(&admin, revisions).await,
+        );
+        assert_eq!(after, before, "the failed import left rows");
+
+        std::fs::remove_file(filler).expect("remove the filler");
+        let report = sources::import_bytes(&admin, &big).await.expect("import");
+        assert_eq!(report.projects, 10);
+        assert_eq!(scalar(&admin, projects).await, before.0 + 10);
+        admin.close().await;
+    }));
+}
+
+#[test]
+fn a_postgres_run_that_fills_the_disk_writes_nothing_and_leaves_the_projects_pending() {
+    pg::block_on(within(async {
+        let url = pg::fresh_db().await;
+        let admin = connect(&url).await;
+        import(&admin, &fixtures::many_projects(6, 8, 4, 0)).await;
+
+        let (_volume, filler) = fill_under(
+            &admin,
+            &[
+                "tool_definition_snapshots",
+                "tool_definition_snapshot_sources",
+            ],
+        )
+        .await;
+
+        let exec_store = connect(&pg::as_login(&url, "login_executor")).await;
+        let settings = RunSettings {
+            max_attempts: 1,
+            final_probes: 0,
+            ..settings()
+        };
+        let report = Coordinator::new(exec_store.clone(), settings, Stop::default(), &LogObserver)
+            .run()
+            .await;
+        let summary = &report.summary;
+        assert_eq!(summary.published, 0, "{summary:?}");
+        assert_eq!(summary.exit_code, 3, "{summary:?}");
+        assert_eq!(summary.unresolved.get("database"), Some(&6), "{summary:?}");
+        for (project, outcome) in &report.outcomes {
+            match outcome {
+                Outcome::Unresolved {
+                    reason: Unresolved::Database,
+                    detail,
+                } => assert!(
+                    detail.contains("53100") && detail.contains("disk is full: free space on it"),
+                    "{project}: {detail}"
+                ),
+                other => panic!("{project}: {other:?}"),
+            }
+        }
+        assert_eq!(
+            scalar(&admin, "SELECT COUNT(*) FROM ql3.tool_definition_snapshots").await,
+            0
+        );
+        assert_eq!(marked(&admin).await.len(), 6, "a project lost its mark");
+
+        std::fs::remove_file(filler).expect("remove the filler");
+        let again = run_all(&exec_store, false).await;
+        assert_eq!(again.exit_code, 0, "{again:?}");
+        assert_eq!(again.published, 6);
+        assert_eq!(partial_snapshots(&admin).await, 0);
+        assert!(marked(&admin).await.is_empty());
+        exec_store.close().await;
+        admin.close().await;
     }));
 }
