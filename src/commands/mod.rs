@@ -1,6 +1,7 @@
 //! The commands of contract section 10, each returning its exit code. `main` only parses, sets up
 //! logging and maps errors to exit codes.
 
+mod import;
 mod inspect;
 mod progress;
 mod run;
@@ -52,7 +53,7 @@ pub async fn execute(cli: Cli) -> anyhow::Result<i32> {
             let store = connect_migrated(&cli, 2).await?;
             match cmd {
                 SourcesCommand::Import { file } => {
-                    let report = sources::import_file(&store, file).await?;
+                    let report = import::import(&cli, &store, file).await?;
                     println!(
                         "imported {} projects from {} ({} rows inserted)",
                         report.projects,

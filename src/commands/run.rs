@@ -17,7 +17,7 @@ use crate::store::{Dialect, StoreError};
 
 use super::{connect, connect_migrated};
 
-fn progress_wanted(cli: &Cli) -> bool {
+pub(super) fn progress_wanted(cli: &Cli) -> bool {
     std::io::stderr().is_terminal() && cli.log_format != crate::cli::LogFormat::Json
 }
 

@@ -51,9 +51,17 @@ pub async fn import_file(
     store: &Store,
     path: &std::path::Path,
 ) -> Result<ImportReport, StoreError> {
-    let file = std::fs::File::open(path)
-        .map_err(|e| input(format!("cannot read {}: {e}", path.display())))?;
+    let (file, _) = open_fixture(path)?;
     import_reader(store, file).await
+}
+
+/// Opens a fixture file for [`import_reader`]; returns it with its size in bytes, so that a
+/// caller can show how far the import has read.
+pub fn open_fixture(path: &std::path::Path) -> Result<(std::fs::File, u64), StoreError> {
+    let cannot = |e: std::io::Error| input(format!("cannot read {}: {e}", path.display()));
+    let file = std::fs::File::open(path).map_err(cannot)?;
+    let size = file.metadata().map_err(cannot)?.len();
+    Ok((file, size))
 }
 
 /// Imports a fixture held in memory.
