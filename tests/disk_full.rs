@@ -22,7 +22,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use db::*;
-use package_executor::coordinator::{Coordinator, LogObserver, RunSettings, Stop};
+use package_executor::coordinator::{Coordinator, LogObserver, RunReport, RunSettings, Stop};
 use package_executor::report::{Outcome, Unresolved};
 use package_executor::sources;
 use package_executor::store::{ConnectOptions, Store, StoreError};
@@ -78,6 +78,42 @@ async fn counts(store: &Store) -> Vec<i64> {
     out
 }
 
+/// An import stopped by a full disk: passed on as the database's failure (its `code`), with
+/// the next step, and never blamed on a row of the fixture.
+fn assert_import_refused_for_space(err: &StoreError, code: &str) {
+    assert!(matches!(err, StoreError::Other(_)), "{err:?}");
+    let text = err.to_string();
+    assert!(text.contains(&format!("{code}: ")), "{text}");
+    assert!(
+        text.contains("free space on it or grow its volume"),
+        "{text}"
+    );
+    assert!(!text.contains("fix the fixture"), "{text}");
+}
+
+/// A run on a full disk: nothing published, every one of the 6 projects unresolved for the
+/// database (its `code`, and the next step), and exit 3, which a Job retries (once someone has
+/// made room).
+fn assert_nothing_fit(report: &RunReport, code: &str) {
+    let summary = &report.summary;
+    assert_eq!(summary.published, 0, "{summary:?}");
+    assert_eq!(summary.exit_code, 3, "{summary:?}");
+    assert_eq!(summary.unresolved.get("database"), Some(&6), "{summary:?}");
+    for (project, outcome) in &report.outcomes {
+        match outcome {
+            Outcome::Unresolved {
+                reason: Unresolved::Database,
+                detail,
+            } => assert!(
+                detail.contains(&format!("{code}: "))
+                    && detail.contains("disk is full: free space on it"),
+                "{project}: {detail}"
+            ),
+            other => panic!("{project}: {other:?}"),
+        }
+    }
+}
+
 #[test]
 fn a_sqlite_import_that_fills_the_disk_writes_nothing_and_says_what_to_do() {
     pg::block_on(within(async {
@@ -91,15 +127,7 @@ fn a_sqlite_import_that_fills_the_disk_writes_nothing_and_says_what_to_do() {
         let err = sources::import_bytes(&store, &big)
             .await
             .expect_err("the import fit in 16 pages");
-        // Passed on as the database's failure, with the next step; never blamed on a row.
-        assert!(matches!(err, StoreError::Other(_)), "{err:?}");
-        let text = err.to_string();
-        assert!(text.contains("13: database or disk is full"), "{text}");
-        assert!(
-            text.contains("free space on it or grow its volume"),
-            "{text}"
-        );
-        assert!(!text.contains("fix the fixture"), "{text}");
+        assert_import_refused_for_space(&err, "13");
         assert_eq!(counts(&store).await, before, "the failed import left rows");
 
         // With room again the same connection imports the same file whole.
@@ -134,24 +162,7 @@ fn a_sqlite_run_that_fills_the_disk_writes_nothing_and_leaves_the_projects_pendi
         let report = Coordinator::new(store.clone(), settings, Stop::default(), &LogObserver)
             .run()
             .await;
-        // Nothing fit: every project is unresolved for the database, with the next step, and
-        // the run exits 3, which a Job retries (after someone has made room).
-        let summary = &report.summary;
-        assert_eq!(summary.published, 0, "{summary:?}");
-        assert_eq!(summary.exit_code, 3, "{summary:?}");
-        assert_eq!(summary.unresolved.get("database"), Some(&6), "{summary:?}");
-        for (project, outcome) in &report.outcomes {
-            match outcome {
-                Outcome::Unresolved {
-                    reason: Unresolved::Database,
-                    detail,
-                } => assert!(
-                    detail.contains("disk is full: free space on it"),
-                    "{project}: {detail}"
-                ),
-                other => panic!("{project}: {other:?}"),
-            }
-        }
+        assert_nothing_fit(&report, "13");
         assert_eq!(
             counts(&store).await[4..7],
             [0, 0, 0],
@@ -277,14 +288,7 @@ fn a_postgres_import_that_fills_the_disk_writes_nothing_and_says_what_to_do() {
         let err = sources::import_bytes(&admin, &big)
             .await
             .expect_err("the import fit on a full volume");
-        assert!(matches!(err, StoreError::Other(_)), "{err:?}");
-        let text = err.to_string();
-        assert!(text.contains("53100"), "{text}");
-        assert!(
-            text.contains("free space on it or grow its volume"),
-            "{text}"
-        );
-        assert!(!text.contains("fix the fixture"), "{text}");
+        assert_import_refused_for_space(&err, "53100");
         let after = (
             scalar(&admin, projects).await,
             scalar(&admin, revisions).await,
@@ -324,22 +328,7 @@ fn a_postgres_run_that_fills_the_disk_writes_nothing_and_leaves_the_projects_pen
         let report = Coordinator::new(exec_store.clone(), settings, Stop::default(), &LogObserver)
             .run()
             .await;
-        let summary = &report.summary;
-        assert_eq!(summary.published, 0, "{summary:?}");
-        assert_eq!(summary.exit_code, 3, "{summary:?}");
-        assert_eq!(summary.unresolved.get("database"), Some(&6), "{summary:?}");
-        for (project, outcome) in &report.outcomes {
-            match outcome {
-                Outcome::Unresolved {
-                    reason: Unresolved::Database,
-                    detail,
-                } => assert!(
-                    detail.contains("53100") && detail.contains("disk is full: free space on it"),
-                    "{project}: {detail}"
-                ),
-                other => panic!("{project}: {other:?}"),
-            }
-        }
+        assert_nothing_fit(&report, "53100");
         assert_eq!(
             scalar(&admin, "SELECT COUNT(*) FROM ql3.tool_definition_snapshots").await,
             0
