@@ -157,35 +157,47 @@ pub async fn verify(cli: &Cli, project: Option<&str>, json: bool) -> anyhow::Res
     let mut after = 0i64;
     let (mut checked, mut bad) = (0u64, 0u64);
     let mut found = Vec::new();
+    // Checking a million snapshots takes minutes: show it moving.
+    let meter = super::meter::Meter::start(
+        super::run::progress_wanted(cli),
+        None,
+        "{spinner} {elapsed} {human_pos} snapshots checked",
+        |checked| tracing::info!(snapshots_checked = checked, "verify progress"),
+    );
     loop {
         let mut a = store.begin().await?;
         let page = a.snapshot_page(after, project).await?;
         a.rollback().await?;
         let Some(last) = page.last() else { break };
         after = last.snapshot_id;
+        meter.add(page.len() as u64);
         for s in &page {
             checked += 1;
             let problems = verify::problems(s);
             if !problems.is_empty() {
                 bad += 1;
                 for p in problems {
-                    tracing::error!(project_id = %s.project_id, snapshot_id = s.snapshot_id, problem = %p, "snapshot does not verify");
+                    meter.suspend(|| {
+                        tracing::error!(project_id = %s.project_id, snapshot_id = s.snapshot_id, problem = %p, "snapshot does not verify");
+                        if !json {
+                            println!(
+                                "FAIL {} snapshot {} ({}): {p}",
+                                s.project_id, s.snapshot_id, s.snapshot_digest
+                            );
+                        }
+                    });
                     if json {
                         found.push(VerifyProblem {
                             project_id: s.project_id.clone(),
                             snapshot_digest: s.snapshot_digest.clone(),
                             problem: p.to_string(),
                         });
-                    } else {
-                        println!(
-                            "FAIL {} snapshot {} ({}): {p}",
-                            s.project_id, s.snapshot_id, s.snapshot_digest
-                        );
                     }
                 }
             }
         }
     }
+    drop(meter);
     if json {
         let report = VerifyReport {
             schema: "package-executor/verify@v1",

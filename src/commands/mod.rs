@@ -3,6 +3,7 @@
 
 mod import;
 mod inspect;
+mod meter;
 mod progress;
 mod run;
 mod tools;
