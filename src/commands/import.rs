@@ -36,7 +36,7 @@ pub(super) async fn import(
 ) -> anyhow::Result<ImportReport> {
     let (file, size) = sources::open_fixture(path)?;
     let meter = Meter::start(
-        super::run::progress_wanted(cli),
+        super::progress::progress_wanted(cli),
         Some(size),
         "{spinner} {elapsed} [{bar:30}] {bytes}/{total_bytes} read ({bytes_per_sec}, {eta} left)",
         move |read| {

@@ -159,7 +159,7 @@ pub async fn verify(cli: &Cli, project: Option<&str>, json: bool) -> anyhow::Res
     let mut found = Vec::new();
     // Checking a million snapshots takes minutes: show it moving.
     let meter = super::meter::Meter::start(
-        super::run::progress_wanted(cli),
+        super::progress::progress_wanted(cli),
         None,
         "{spinner} {elapsed} {human_pos} snapshots checked",
         |checked| tracing::info!(snapshots_checked = checked, "verify progress"),

@@ -2,6 +2,7 @@
 //! (or wherever stderr is not a terminal) one structured log line per outcome plus a progress
 //! line every 10 s, so `kubectl logs -f` shows a long run moving.
 
+use std::io::IsTerminal;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -11,6 +12,12 @@ use indicatif::ProgressBar;
 
 use crate::coordinator::{LogObserver, Observer};
 use crate::report::{Outcome, RunSummary};
+
+/// Whether to draw progress on stderr: a terminal, and text logs (JSON logs are for machines,
+/// whatever reads them).
+pub(super) fn progress_wanted(cli: &crate::cli::Cli) -> bool {
+    std::io::stderr().is_terminal() && cli.log_format != crate::cli::LogFormat::Json
+}
 
 /// A spinner with running counts on a terminal; structured logs for everything else.
 pub(super) struct Progress {

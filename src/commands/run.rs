@@ -1,13 +1,12 @@
 //! `run`, `publish` and `demo`: the coordinator on the command line.
 
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use super::progress::{LogProgress, Progress};
+use super::progress::{LogProgress, Progress, progress_wanted};
 
 use crate::cli::{Cli, RunArgs, resolve_shard};
 use crate::coordinator::{Coordinator, LogObserver, RunReport, RunSettings, Stop};
@@ -16,10 +15,6 @@ use crate::sources;
 use crate::store::{Dialect, StoreError};
 
 use super::{connect, connect_migrated};
-
-pub(super) fn progress_wanted(cli: &Cli) -> bool {
-    std::io::stderr().is_terminal() && cli.log_format != crate::cli::LogFormat::Json
-}
 
 fn settings(args: &RunArgs, shard: Shard) -> RunSettings {
     RunSettings {

@@ -15,7 +15,10 @@ pub fn canonicalize(file: Option<&Path>, digest: bool) -> anyhow::Result<i32> {
         Some(path) => match std::fs::read(path) {
             Ok(b) => b,
             Err(e) => {
-                eprintln!("error: cannot read {}: {e}", path.display());
+                eprintln!(
+                    "error: cannot read {}: {e}; check the path, and that this process may read the file",
+                    path.display()
+                );
                 return Ok(exit::ERROR);
             }
         },

@@ -58,7 +58,12 @@ pub async fn import_file(
 /// Opens a fixture file for [`import_reader`]; returns it with its size in bytes, so that a
 /// caller can show how far the import has read.
 pub fn open_fixture(path: &std::path::Path) -> Result<(std::fs::File, u64), StoreError> {
-    let cannot = |e: std::io::Error| input(format!("cannot read {}: {e}", path.display()));
+    let cannot = |e: std::io::Error| {
+        input(format!(
+            "cannot read {}: {e}; check the path, and that this process may read the file",
+            path.display()
+        ))
+    };
     let file = std::fs::File::open(path).map_err(cannot)?;
     let size = file.metadata().map_err(cannot)?.len();
     Ok((file, size))
