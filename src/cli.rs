@@ -172,6 +172,10 @@ pub enum SourcesCommand {
     Import {
         /// The fixture file.
         file: PathBuf,
+        /// Check the file against the database, every constraint and stored row included,
+        /// then roll back: nothing is written.
+        #[arg(long)]
+        dry_run: bool,
     },
     /// Activate a generation in one transaction.
     Activate {

@@ -102,7 +102,59 @@ contract!(
     large_revisions_build_like_small_ones,
     revisions_read_apart_build_like_inline,
     permission_arrays_are_checked_alike,
+    a_dry_run_checks_everything_and_writes_nothing,
 );
+
+/// `sources import --dry-run`: the same checks as an import, the database's included, and
+/// nothing written, marks included; its report is what the import then does.
+async fn a_dry_run_checks_everything_and_writes_nothing(s: Stores) {
+    import(&s.admin, DEMO).await;
+    let fixture = |lock: &str, package: &str| {
+        let projects: Vec<serde_json::Value> = (0..3)
+            .map(|n| {
+                serde_json::json!({"projectId": format!("dry-{n}"), "packages": [
+                    {"packageName": package, "installationId": format!("dry-{n}-a"), "generations": [
+                        {"generation": 1, "status": "active", "lockDigest": lock,
+                         "revisionText": format!("{{\"n\":{n}}}")}]}]})
+            })
+            .collect();
+        serde_json::to_vec(&serde_json::json!({
+            "schema": "package-executor/fixture@v1", "projects": projects}))
+        .unwrap()
+    };
+    let zeros = format!("sha256:{}", "0".repeat(64));
+    let good = fixture(&zeros, "a");
+    let rows = source_rows(&s.admin).await;
+    let marks = marked(&s.admin).await;
+    let check =
+        |bytes: &[u8]| sources::check_reader(&s.admin, std::io::Cursor::new(bytes.to_vec()));
+
+    let checked = check(&good).await.unwrap();
+    assert_eq!((checked.projects, checked.inserted), (3, 12));
+    assert_eq!(source_rows(&s.admin).await, rows, "a dry run wrote rows");
+    assert_eq!(marked(&s.admin).await, marks, "a dry run marked projects");
+    // The database's own checks run: a package name its CHECK refuses.
+    let err = check(&fixture(&zeros, "Bad Name")).await.unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("project dry-0 package Bad Name: the database refused the row"),
+        "{err}"
+    );
+
+    let imported = import(&s.admin, &good).await;
+    assert_eq!((imported.projects, imported.inserted), (3, 12));
+    // Against what is stored now: nothing to insert, and a conflict is named as by an import.
+    let again = check(&good).await.unwrap();
+    assert_eq!((again.projects, again.inserted), (3, 0));
+    let other = format!("sha256:{}", "1".repeat(64));
+    let err = check(&fixture(&other, "a")).await.unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("already stored with other digests"),
+        "{err}"
+    );
+    assert_eq!(source_rows(&s.admin).await[0], rows[0] + 3);
+}
 
 /// Revisions that come with the first observation and revisions read by a statement of their
 /// own (no budget free for them to come inline) give the snapshot the pure planner gives.

@@ -28,11 +28,13 @@ impl<R: Read> Read for Counted<R> {
     }
 }
 
-/// Imports `path` into the store, showing progress on stderr.
+/// Imports `path` into the store (or only checks it, with `dry_run`), showing progress on
+/// stderr.
 pub(super) async fn import(
     cli: &Cli,
     store: &crate::store::Store,
     path: &Path,
+    dry_run: bool,
 ) -> anyhow::Result<ImportReport> {
     let (file, size) = sources::open_fixture(path)?;
     let meter = Meter::start(
@@ -52,7 +54,12 @@ pub(super) async fn import(
         inner: file,
         read: meter.count(),
     };
-    Ok(sources::import_reader(store, reader).await?)
+    let report = if dry_run {
+        sources::check_reader(store, reader).await?
+    } else {
+        sources::import_reader(store, reader).await?
+    };
+    Ok(report)
 }
 
 #[cfg(test)]

@@ -53,14 +53,23 @@ pub async fn execute(cli: Cli) -> anyhow::Result<i32> {
         Command::Sources(cmd) => {
             let store = connect_migrated(&cli, 2).await?;
             match cmd {
-                SourcesCommand::Import { file } => {
-                    let report = import::import(&cli, &store, file).await?;
-                    println!(
-                        "imported {} projects from {} ({} rows inserted)",
-                        report.projects,
-                        file.display(),
-                        report.inserted
-                    );
+                SourcesCommand::Import { file, dry_run } => {
+                    let report = import::import(&cli, &store, file, *dry_run).await?;
+                    if *dry_run {
+                        println!(
+                            "checked {} projects from {}: an import would insert {} rows; nothing was written",
+                            report.projects,
+                            file.display(),
+                            report.inserted
+                        );
+                    } else {
+                        println!(
+                            "imported {} projects from {} ({} rows inserted)",
+                            report.projects,
+                            file.display(),
+                            report.inserted
+                        );
+                    }
                 }
                 SourcesCommand::Activate {
                     installation,

@@ -79,6 +79,31 @@ pub async fn import_reader<R: Read + Send + 'static>(
     store: &Store,
     reader: R,
 ) -> Result<ImportReport, StoreError> {
+    import_or_check(store, reader, Finish::Commit).await
+}
+
+/// Checks a fixture read from `reader` as [`import_reader`] would import it, against every
+/// constraint and every stored row, then rolls back: nothing is written. The report counts the
+/// rows an import would insert now.
+pub async fn check_reader<R: Read + Send + 'static>(
+    store: &Store,
+    reader: R,
+) -> Result<ImportReport, StoreError> {
+    import_or_check(store, reader, Finish::RollBack).await
+}
+
+/// How an import's transaction ends once every row went in.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Finish {
+    Commit,
+    RollBack,
+}
+
+async fn import_or_check<R: Read + Send + 'static>(
+    store: &Store,
+    reader: R,
+    finish: Finish,
+) -> Result<ImportReport, StoreError> {
     let (batches, mut received) = tokio::sync::mpsc::channel::<Vec<ProjectRows>>(BATCHES_AHEAD);
     let reading = tokio::task::spawn_blocking(move || {
         let mut batch = Vec::new();
@@ -128,10 +153,11 @@ pub async fn import_reader<R: Read + Send + 'static>(
         .await
         .map_err(|e| StoreError::Other(format!("the fixture reader failed: {e}")));
     let result = match (written, read.and_then(|r| r)) {
-        (Ok(inserted), Ok(projects)) => a
-            .commit()
-            .await
-            .map(|()| ImportReport { projects, inserted }),
+        (Ok(inserted), Ok(projects)) => match finish {
+            Finish::Commit => a.commit().await,
+            Finish::RollBack => a.rollback().await,
+        }
+        .map(|()| ImportReport { projects, inserted }),
         // The writer's error first: the reader's is then only "the writer stopped".
         (Err(e), _) | (Ok(_), Err(e)) => {
             a.rollback().await.ok();

@@ -8,7 +8,9 @@ pub use fixture::{
     FIXTURE_SCHEMA, Fixture, FixtureGeneration, FixturePackage, FixtureProject, parse_fixture,
     read_fixture,
 };
-pub use import::{ImportReport, import_bytes, import_file, import_reader, open_fixture};
+pub use import::{
+    ImportReport, check_reader, import_bytes, import_file, import_reader, open_fixture,
+};
 
 use serde_json::json;
 use sqlx::Row;
