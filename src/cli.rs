@@ -170,7 +170,7 @@ pub struct TriggerArgs {
 pub enum SourcesCommand {
     /// Load a fixture file (all or nothing, idempotent).
     Import {
-        /// The fixture file.
+        /// The fixture file; `-` reads standard input.
         file: PathBuf,
         /// Check the file against the database, every constraint and stored row included,
         /// then roll back: nothing is written.

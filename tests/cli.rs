@@ -105,6 +105,37 @@ fn identity_encode_and_decode() {
 }
 
 #[test]
+fn sources_import_reads_standard_input_and_checks_without_writing() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("import.db").display());
+    let fixture = std::fs::read(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/demo-fixture.json"),
+    )
+    .unwrap();
+    let with = |args: &[&str]| {
+        let mut full = vec!["--database-url", url.as_str()];
+        full.extend_from_slice(args);
+        let o = run(&full, Some(&fixture));
+        assert_eq!(code(&o), 0, "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8(o.stdout).unwrap()
+    };
+    with(&["migrate"]);
+    let checked = "checked 4 projects from standard input: an import would insert";
+    assert_eq!(
+        with(&["sources", "import", "-", "--dry-run"]),
+        format!("{checked} 20 rows; nothing was written\n")
+    );
+    assert_eq!(
+        with(&["sources", "import", "-"]),
+        "imported 4 projects from standard input (20 rows inserted)\n"
+    );
+    assert_eq!(
+        with(&["sources", "import", "-", "--dry-run"]),
+        format!("{checked} 0 rows; nothing was written\n")
+    );
+}
+
+#[test]
 fn demo_then_inspect_on_sqlite() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("demo.db").display());

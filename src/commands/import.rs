@@ -28,30 +28,42 @@ impl<R: Read> Read for Counted<R> {
     }
 }
 
-/// Imports `path` into the store (or only checks it, with `dry_run`), showing progress on
-/// stderr.
+/// Imports `path` (`-`: standard input) into the store, or only checks it with `dry_run`,
+/// showing progress on stderr.
 pub(super) async fn import(
     cli: &Cli,
     store: &crate::store::Store,
     path: &Path,
     dry_run: bool,
 ) -> anyhow::Result<ImportReport> {
-    let (file, size) = sources::open_fixture(path)?;
+    // `-` is standard input (a fixture piped from another command), whose size is unknown.
+    let (input, size): (Box<dyn Read + Send>, Option<u64>) = if path == Path::new("-") {
+        (Box::new(std::io::stdin()), None)
+    } else {
+        let (file, size) = sources::open_fixture(path)?;
+        (Box::new(file), Some(size))
+    };
+    let template = match size {
+        Some(_) => {
+            "{spinner} {elapsed} [{bar:30}] {bytes}/{total_bytes} read ({bytes_per_sec}, {eta} left)"
+        }
+        None => "{spinner} {elapsed} {bytes} read ({bytes_per_sec})",
+    };
     let meter = Meter::start(
         super::progress::progress_wanted(cli),
-        Some(size),
-        "{spinner} {elapsed} [{bar:30}] {bytes}/{total_bytes} read ({bytes_per_sec}, {eta} left)",
+        size,
+        template,
         move |read| {
             tracing::info!(
                 bytes_read = read,
                 bytes_total = size,
-                percent = percent(read, size),
+                percent = size.map(|total| percent(read, total)),
                 "import progress"
             );
         },
     );
     let reader = Counted {
-        inner: file,
+        inner: input,
         read: meter.count(),
     };
     let report = if dry_run {

@@ -55,19 +55,19 @@ pub async fn execute(cli: Cli) -> anyhow::Result<i32> {
             match cmd {
                 SourcesCommand::Import { file, dry_run } => {
                     let report = import::import(&cli, &store, file, *dry_run).await?;
+                    let file = match file.to_str() {
+                        Some("-") => "standard input".to_owned(),
+                        _ => file.display().to_string(),
+                    };
                     if *dry_run {
                         println!(
-                            "checked {} projects from {}: an import would insert {} rows; nothing was written",
-                            report.projects,
-                            file.display(),
-                            report.inserted
+                            "checked {} projects from {file}: an import would insert {} rows; nothing was written",
+                            report.projects, report.inserted
                         );
                     } else {
                         println!(
-                            "imported {} projects from {} ({} rows inserted)",
-                            report.projects,
-                            file.display(),
-                            report.inserted
+                            "imported {} projects from {file} ({} rows inserted)",
+                            report.projects, report.inserted
                         );
                     }
                 }
