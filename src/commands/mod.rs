@@ -32,7 +32,7 @@ pub async fn execute(cli: Cli) -> anyhow::Result<i32> {
                 println!("created role {role}");
             }
             if report.applied.is_empty() {
-                println!("schema is up to date ({:?})", store.dialect());
+                println!("schema is up to date ({})", store.dialect());
             }
             for m in &report.applied {
                 println!("applied {m}");

@@ -245,7 +245,7 @@ pub async fn demo(cli: &Cli) -> anyhow::Result<i32> {
     let store = connect(cli, run_pool_size(cli, settings.concurrency)).await?;
     let migrated = store.migrate(false, None).await?;
     println!(
-        "1. migrated the {:?} database ({} migrations applied now)",
+        "1. migrated the {} database ({} migrations applied now)",
         store.dialect(),
         migrated.applied.len()
     );

@@ -54,6 +54,16 @@ impl Dialect {
     }
 }
 
+/// The product's name, for people: `PostgreSQL`, `SQLite`.
+impl std::fmt::Display for Dialect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Postgres => "PostgreSQL",
+            Self::Sqlite => "SQLite",
+        })
+    }
+}
+
 /// How to connect.
 #[derive(Clone, Debug)]
 pub struct ConnectOptions {
