@@ -174,7 +174,7 @@ pub enum SourcesCommand {
         file: PathBuf,
         /// Check the file against the database, every constraint and stored row included,
         /// then roll back: nothing is written.
-        #[arg(long)]
+        #[arg(long, env = "PACKAGE_EXECUTOR_DRY_RUN")]
         dry_run: bool,
     },
     /// Activate a generation in one transaction.
@@ -328,6 +328,34 @@ pub fn resolve_shard(index: Option<u64>, count: Option<u64>) -> Result<(u64, u64
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every flag of every command can come from the environment, as `PACKAGE_EXECUTOR_<FLAG>`
+    /// (the database URL as `DATABASE_URL`), so that a Job's env sets any of them.
+    #[test]
+    fn every_flag_reads_its_environment_variable() {
+        use clap::CommandFactory as _;
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let Some(long) = arg.get_long() else { continue };
+                if matches!(long, "help" | "version") {
+                    continue;
+                }
+                let want = match long {
+                    "database-url" => "DATABASE_URL".to_owned(),
+                    _ => format!("PACKAGE_EXECUTOR_{}", long.to_uppercase().replace('-', "_")),
+                };
+                if arg.get_env().and_then(|e| e.to_str()) != Some(want.as_str()) {
+                    missing.push(format!("{path} --{long}: expected env {want}"));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "package-executor", &mut missing);
+        assert!(missing.is_empty(), "{missing:#?}");
+    }
 
     #[test]
     fn byte_sizes() {
