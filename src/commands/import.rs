@@ -1,4 +1,5 @@
-//! `sources import` on the command line: the library's streamed import, with progress by bytes
+//! `sources import` on the command line: the library's streamed import (or, with `--dry-run`,
+//! its check that rolls back) of a file or of standard input (`-`), with progress by bytes
 //! read, because a large fixture takes minutes and otherwise shows nothing until it ends.
 //!
 //! On a terminal a bar shows the bytes read of the file, the rate and the time left; elsewhere

@@ -8,7 +8,7 @@
 //! Everything is written in one transaction, so an import is all or nothing: a bad project at
 //! the end of the file, or a conflict with what is stored, leaves nothing written. Existing rows
 //! are compared on their immutable columns (contract section 11), so importing a file twice
-//! changes nothing.
+//! changes nothing. [`check_reader`] runs the same transaction and rolls it back (`--dry-run`).
 //!
 //! A multi-row statement that the database refuses (a format `CHECK`, a second installation of
 //! a package) does not say which row was at fault. On a refusal the batch is therefore written
