@@ -7,8 +7,9 @@
 //! from the same place (the pager refuses the page). The pragma holds per connection, so these
 //! stores have a pool of one connection.
 //!
-//! PostgreSQL: the snapshot tables move to a tablespace on a small tmpfs, which a file then
-//! fills, so the server fails to extend them with `53100` (needs root to mount, like the storm).
+//! PostgreSQL: the tables a test writes (the snapshot tables for the run, the revisions for the
+//! import) move to a tablespace on a small tmpfs, which a file then fills, so the server fails
+//! to extend them with `53100` (needs root to mount, like the storm).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "support/db.rs"]
