@@ -79,6 +79,19 @@ async fn counts(store: &Store) -> Vec<i64> {
     out
 }
 
+/// A run of `workers` workers that tries each project once, with no final probes.
+async fn one_attempt_each(store: &Store, workers: usize) -> RunReport {
+    let settings = RunSettings {
+        concurrency: workers,
+        max_attempts: 1,
+        final_probes: 0,
+        ..settings()
+    };
+    Coordinator::new(store.clone(), settings, Stop::default(), &LogObserver)
+        .run()
+        .await
+}
+
 /// An import stopped by a full disk: passed on as the database's failure (its `code`), with
 /// the next step, and never blamed on a row of the fixture.
 fn assert_import_refused_for_space(err: &StoreError, code: &str) {
@@ -154,15 +167,8 @@ fn a_sqlite_run_that_fills_the_disk_writes_nothing_and_leaves_the_projects_pendi
             store.close().await;
         }
         let store = cramped(&url, 0).await;
-        let settings = RunSettings {
-            concurrency: 1,
-            max_attempts: 1,
-            final_probes: 0,
-            ..settings()
-        };
-        let report = Coordinator::new(store.clone(), settings, Stop::default(), &LogObserver)
-            .run()
-            .await;
+        // One connection, so one worker.
+        let report = one_attempt_each(&store, 1).await;
         assert_nothing_fit(&report, "13");
         assert_eq!(
             counts(&store).await[4..7],
@@ -321,14 +327,7 @@ fn a_postgres_run_that_fills_the_disk_writes_nothing_and_leaves_the_projects_pen
         .await;
 
         let exec_store = connect(&pg::as_login(&url, "login_executor")).await;
-        let settings = RunSettings {
-            max_attempts: 1,
-            final_probes: 0,
-            ..settings()
-        };
-        let report = Coordinator::new(exec_store.clone(), settings, Stop::default(), &LogObserver)
-            .run()
-            .await;
+        let report = one_attempt_each(&exec_store, 4).await;
         assert_nothing_fit(&report, "53100");
         assert_eq!(
             scalar(&admin, "SELECT COUNT(*) FROM ql3.tool_definition_snapshots").await,

@@ -50,14 +50,8 @@ impl Meter {
         }
         let ticking = {
             let count = count.clone();
-            tokio::spawn(async move {
-                let period = Duration::from_secs(10);
-                let mut timer =
-                    tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-                loop {
-                    timer.tick().await;
-                    log(count.load(Ordering::Relaxed));
-                }
+            super::progress::every(super::progress::LOG_PERIOD, move || {
+                log(count.load(Ordering::Relaxed));
             })
         };
         Self {

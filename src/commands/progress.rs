@@ -125,16 +125,28 @@ impl LogProgress {
         );
     }
 
-    /// Spawns a task that logs a progress line every `period`; abort it when the run ends.
-    pub(super) fn tick_every(this: Arc<Self>, period: Duration) -> tokio::task::JoinHandle<()> {
-        tokio::spawn(async move {
-            let mut timer = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-            loop {
-                timer.tick().await;
-                this.log();
-            }
-        })
+    /// Spawns a task that logs a progress line every [`LOG_PERIOD`]; abort it when the run ends.
+    pub(super) fn tick(this: Arc<Self>) -> tokio::task::JoinHandle<()> {
+        every(LOG_PERIOD, move || this.log())
     }
+}
+
+/// How often a long command logs its progress where no terminal shows it.
+pub(super) const LOG_PERIOD: Duration = Duration::from_secs(10);
+
+/// Spawns a task that calls `f` every `period`, the first time one period from now; abort it
+/// to stop.
+pub(super) fn every(
+    period: Duration,
+    f: impl Fn() + Send + 'static,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut timer = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+        loop {
+            timer.tick().await;
+            f();
+        }
+    })
 }
 
 #[cfg(test)]

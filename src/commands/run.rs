@@ -56,7 +56,7 @@ async fn run_coordinator(
         report
     } else {
         let observer = std::sync::Arc::new(LogProgress::default());
-        let ticker = LogProgress::tick_every(observer.clone(), Duration::from_secs(10));
+        let ticker = LogProgress::tick(observer.clone());
         let report = Coordinator::new(store.clone(), settings, stop, &*observer)
             .run()
             .await;
