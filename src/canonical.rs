@@ -93,6 +93,33 @@ pub fn to_vec(value: &Value) -> Vec<u8> {
     out
 }
 
+/// Whether `bytes` are exactly the canonical form of `value`, compared as it is written, so
+/// `verify` does not build a second copy of every document it checks.
+pub fn is_canonical_form(value: &Value, bytes: &[u8]) -> bool {
+    let mut sink = MatchSink {
+        rest: bytes,
+        same: true,
+    };
+    write_value(value, &mut sink);
+    sink.same && sink.rest.is_empty()
+}
+
+/// A sink that compares what it is given with the bytes expected next.
+struct MatchSink<'a> {
+    rest: &'a [u8],
+    same: bool,
+}
+
+impl Sink for MatchSink<'_> {
+    #[inline]
+    fn put(&mut self, bytes: &[u8]) {
+        match self.rest.strip_prefix(bytes) {
+            Some(rest) if self.same => self.rest = rest,
+            _ => self.same = false,
+        }
+    }
+}
+
 /// The digest of a value's canonical bytes, computed without materialising them.
 pub fn digest(value: &Value) -> Digest {
     let mut sink = HashSink::default();

@@ -32,7 +32,7 @@ pub fn problems(s: &StoredSnapshot) -> Vec<String> {
             return out;
         }
     };
-    if canonical::to_vec(&doc) != s.canonical_json {
+    if !canonical::is_canonical_form(&doc, &s.canonical_json) {
         out.push("canonical_json is not in RFC 8785 canonical form".into());
     }
     if text(&doc, "schema") != planner::SNAPSHOT_SCHEMA {

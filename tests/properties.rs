@@ -78,6 +78,27 @@ proptest! {
     }
 
     #[test]
+    fn canonical_form_check_accepts_exactly_the_canonical_bytes(
+        v in arb_json(),
+        at in any::<prop::sample::Index>(),
+        byte in any::<u8>(),
+    ) {
+        let bytes = serde_json_canonicalizer::to_vec(&v).unwrap();
+        prop_assert!(canonical::is_canonical_form(&v, &bytes));
+        // One byte changed, one missing, one extra: each refused.
+        let i = at.index(bytes.len());
+        let mut changed = bytes.clone();
+        changed[i] = if byte == changed[i] { byte.wrapping_add(1) } else { byte };
+        prop_assert!(!canonical::is_canonical_form(&v, &changed));
+        prop_assert!(!canonical::is_canonical_form(&v, &bytes[..bytes.len() - 1]));
+        let mut longer = bytes.clone();
+        longer.insert(i, b' ');
+        prop_assert!(!canonical::is_canonical_form(&v, &longer));
+        let spaced = scrambled(&v);
+        prop_assert_eq!(canonical::is_canonical_form(&v, spaced.as_bytes()), spaced.as_bytes() == bytes);
+    }
+
+    #[test]
     fn text_path_matches_value_path(v in arb_json()) {
         let reference = serde_json_canonicalizer::to_vec(&v).unwrap();
         let compact = serde_json::to_string(&v).unwrap();

@@ -103,7 +103,66 @@ contract!(
     revisions_read_apart_build_like_inline,
     permission_arrays_are_checked_alike,
     a_dry_run_checks_everything_and_writes_nothing,
+    verify_pairs_each_snapshot_with_its_own_sources,
 );
+
+/// What `verify` finds, snapshot by snapshot, read page by page as the command reads them:
+/// (project, problems), in snapshot id order.
+async fn verified(store: &Store) -> Vec<(String, Vec<String>)> {
+    let mut a = store.begin().await.unwrap();
+    let (mut out, mut after) = (Vec::new(), 0);
+    loop {
+        let page = a.snapshot_page(after, None).await.unwrap();
+        let Some(last) = page.last() else { break };
+        assert!(last.snapshot_id > after, "pages move forward");
+        after = last.snapshot_id;
+        out.extend(
+            page.iter()
+                .map(|s| (s.project_id.clone(), package_executor::verify::problems(s))),
+        );
+    }
+    a.rollback().await.unwrap();
+    out
+}
+
+/// `verify` reads a page's source rows in one statement: over several pages each snapshot gets
+/// its own rows back (they differ per project, so a mix-up would not verify), and a source row
+/// changed behind the append-only triggers is pinned on its snapshot alone.
+async fn verify_pairs_each_snapshot_with_its_own_sources(s: Stores) {
+    import(&s.admin, &fixtures::many_projects(40, 3, 1, 0)).await;
+    assert_eq!(run_all(&s.exec, false).await.published, 40);
+    let clean = verified(&s.exec).await;
+    assert_eq!(clean.len(), 40, "every snapshot once, over three pages");
+    assert!(clean.iter().all(|(_, p)| p.is_empty()), "{clean:?}");
+
+    // The database is thrown away after the test, so the triggers stay off.
+    let off = match s.admin.dialect() {
+        Dialect::Postgres => {
+            "ALTER TABLE ql3.tool_definition_snapshot_sources DISABLE TRIGGER USER"
+        }
+        Dialect::Sqlite => "DROP TRIGGER tool_definition_snapshot_sources_no_update",
+    };
+    exec(&s.admin, off).await.unwrap();
+    let changed = exec(
+        &s.admin,
+        "UPDATE ql3.tool_definition_snapshot_sources SET generation = 2 \
+         WHERE package_name = 'pkg1.tools' AND snapshot_id = \
+           (SELECT snapshot_id FROM ql3.tool_definition_snapshots WHERE project_id = 'p00021')",
+    )
+    .await
+    .unwrap();
+    assert_eq!(changed, 1);
+    let found = verified(&s.exec).await;
+    assert_eq!(found.len(), 40);
+    let bad: Vec<_> = found.iter().filter(|(_, p)| !p.is_empty()).collect();
+    assert_eq!(bad.len(), 1, "{bad:?}");
+    assert_eq!(bad[0].0, "p00021");
+    assert!(
+        bad[0].1.iter().any(|p| p.contains("source")),
+        "{:?}",
+        bad[0].1
+    );
+}
 
 /// `sources import --dry-run`: the same checks as an import, the database's included, and
 /// nothing written, marks included; its report is what the import then does.

@@ -151,9 +151,37 @@ struct VerifyReport {
     problems: Vec<VerifyProblem>,
 }
 
+/// One snapshot as `verify` reports it: which, and what is wrong with it (nothing when it
+/// verifies).
+struct Checked {
+    project_id: String,
+    snapshot_id: i64,
+    snapshot_digest: String,
+    problems: Vec<String>,
+}
+
+/// Checks a page on the blocking pool. Re-proving a snapshot is CPU work (parse, canonical
+/// form, four digests), several times the cost of reading it, so pages are checked on every
+/// core while the next one is read.
+fn check_page(page: Vec<crate::store::StoredSnapshot>) -> tokio::task::JoinHandle<Vec<Checked>> {
+    tokio::task::spawn_blocking(move || {
+        page.into_iter()
+            .map(|s| Checked {
+                problems: verify::problems(&s),
+                project_id: s.project_id,
+                snapshot_id: s.snapshot_id,
+                snapshot_digest: s.snapshot_digest,
+            })
+            .collect()
+    })
+}
+
 /// `verify [--project P] [--json]`.
 pub async fn verify(cli: &Cli, project: Option<&str>, json: bool) -> anyhow::Result<i32> {
     let store = connect_migrated(cli, 1).await?;
+    // Pages being checked at once: one per core. Each holds up to 16 snapshots, so memory
+    // stays a few pages whatever the table's size.
+    let workers = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     let mut after = 0i64;
     let (mut checked, mut bad) = (0u64, 0u64);
     let mut found = Vec::new();
@@ -164,38 +192,51 @@ pub async fn verify(cli: &Cli, project: Option<&str>, json: bool) -> anyhow::Res
         "{spinner} {elapsed} {human_pos} snapshots checked",
         |checked| tracing::info!(snapshots_checked = checked, "verify progress"),
     );
+    let mut in_flight = std::collections::VecDeque::with_capacity(workers);
+    let mut report = |page: Vec<Checked>| {
+        meter.add(page.len() as u64);
+        for s in page {
+            checked += 1;
+            if s.problems.is_empty() {
+                continue;
+            }
+            bad += 1;
+            for p in s.problems {
+                meter.suspend(|| {
+                    tracing::error!(project_id = %s.project_id, snapshot_id = s.snapshot_id, problem = %p, "snapshot does not verify");
+                    if !json {
+                        println!(
+                            "FAIL {} snapshot {} ({}): {p}",
+                            s.project_id, s.snapshot_id, s.snapshot_digest
+                        );
+                    }
+                });
+                if json {
+                    found.push(VerifyProblem {
+                        project_id: s.project_id.clone(),
+                        snapshot_digest: s.snapshot_digest.clone(),
+                        problem: p,
+                    });
+                }
+            }
+        }
+    };
     loop {
         let mut a = store.begin().await?;
         let page = a.snapshot_page(after, project).await?;
         a.rollback().await?;
         let Some(last) = page.last() else { break };
         after = last.snapshot_id;
-        meter.add(page.len() as u64);
-        for s in &page {
-            checked += 1;
-            let problems = verify::problems(s);
-            if !problems.is_empty() {
-                bad += 1;
-                for p in problems {
-                    meter.suspend(|| {
-                        tracing::error!(project_id = %s.project_id, snapshot_id = s.snapshot_id, problem = %p, "snapshot does not verify");
-                        if !json {
-                            println!(
-                                "FAIL {} snapshot {} ({}): {p}",
-                                s.project_id, s.snapshot_id, s.snapshot_digest
-                            );
-                        }
-                    });
-                    if json {
-                        found.push(VerifyProblem {
-                            project_id: s.project_id.clone(),
-                            snapshot_digest: s.snapshot_digest.clone(),
-                            problem: p.to_string(),
-                        });
-                    }
-                }
-            }
+        in_flight.push_back(check_page(page));
+        // Reported in id order: the oldest page first.
+        if in_flight.len() >= workers
+            && let Some(oldest) = in_flight.pop_front()
+        {
+            report(oldest.await?);
         }
+    }
+    while let Some(oldest) = in_flight.pop_front() {
+        report(oldest.await?);
     }
     drop(meter);
     if json {

@@ -428,52 +428,90 @@ impl Attempt<'_> {
         })
     }
 
-    /// Up to 16 stored snapshots after `after_id` (optionally of one project), with sources.
+    /// Up to 16 stored snapshots after `after_id` (optionally of one project), with sources:
+    /// two statements a page.
     pub async fn snapshot_page(
         &mut self,
         after_id: i64,
         project_id: Option<&str>,
     ) -> Result<Vec<StoredSnapshot>, StoreError> {
-        on_conn!(self, c, d => {
-            let rows = sqlx::query(for_dialect(d, sql::SNAPSHOT_PAGE))
+        let rows = on_conn!(self, c, d => {
+            sqlx::query(for_dialect(d, sql::SNAPSHOT_PAGE))
                 .bind(after_id)
                 .bind(project_id)
-                .fetch_all(&mut *c)
-                .await?;
-            let mut out = Vec::with_capacity(rows.len());
-            for r in rows {
-                let snapshot_id: i64 = r.try_get("snapshot_id")?;
-                let sources = sqlx::query(for_dialect(d, sql::SNAPSHOT_SOURCES))
-                    .bind(snapshot_id)
-                    .fetch_all(&mut *c)
-                    .await?;
-                let mut heads = Vec::with_capacity(sources.len());
-                for s in sources {
-                    heads.push(ActiveHead {
-                        package_name: s.try_get("package_name")?,
-                        installation_id: s.try_get("installation_id")?,
-                        generation: s.try_get("generation")?,
-                        generation_digest: s.try_get("generation_digest")?,
-                        lock_digest: s.try_get("lock_digest")?,
-                        revision_digest: s.try_get("revision_digest")?,
-                        approved_permissions: String::new(),
-                    });
-                }
-                out.push(StoredSnapshot {
-                    snapshot_id,
-                    project_id: r.try_get("project_id")?,
-                    snapshot_digest: r.try_get("snapshot_digest")?,
-                    active_vector_digest: r.try_get("active_vector_digest")?,
-                    definition_digest: r.try_get("definition_digest")?,
-                    package_count: r.try_get("package_count")?,
-                    definition_count: r.try_get("definition_count")?,
-                    canonical_json: r.try_get("canonical_json")?,
-                    sources: heads,
-                });
+                .fetch_all(c)
+                .await?
+                .iter()
+                .map(|r| {
+                    Ok(StoredSnapshot {
+                        snapshot_id: r.try_get("snapshot_id")?,
+                        project_id: r.try_get("project_id")?,
+                        snapshot_digest: r.try_get("snapshot_digest")?,
+                        active_vector_digest: r.try_get("active_vector_digest")?,
+                        definition_digest: r.try_get("definition_digest")?,
+                        package_count: r.try_get("package_count")?,
+                        definition_count: r.try_get("definition_count")?,
+                        canonical_json: r.try_get("canonical_json")?,
+                        sources: Vec::new(),
+                    })
+                })
+                .collect::<Result<Vec<_>, StoreError>>()
+        })?;
+        if rows.is_empty() {
+            return Ok(rows);
+        }
+        let ids: Vec<i64> = rows.iter().map(|s| s.snapshot_id).collect();
+        let sources = match self {
+            Attempt::Pg(tx) => sqlx::query(sql::SNAPSHOT_SOURCES_PG)
+                .bind(&ids)
+                .fetch_all(&mut **tx)
+                .await?
+                .iter()
+                .map(source_of)
+                .collect::<Result<Vec<_>, _>>()?,
+            Attempt::Lite(tx) => {
+                let list =
+                    serde_json::to_string(&ids).map_err(|e| StoreError::Other(e.to_string()))?;
+                sqlx::query(sql::SNAPSHOT_SOURCES_SQLITE)
+                    .bind(list)
+                    .fetch_all(&mut **tx)
+                    .await?
+                    .iter()
+                    .map(source_of)
+                    .collect::<Result<Vec<_>, _>>()?
             }
-            Ok(out)
-        })
+        };
+        let mut out = rows;
+        let index: HashMap<i64, usize> = ids.iter().enumerate().map(|(i, id)| (*id, i)).collect();
+        for (snapshot_id, head) in sources {
+            if let Some(&i) = index.get(&snapshot_id) {
+                out[i].sources.push(head);
+            }
+        }
+        Ok(out)
     }
+}
+
+/// One row of [`sql::SNAPSHOT_SOURCES_PG`] (or its SQLite twin): the snapshot it belongs to and
+/// the head it recorded.
+fn source_of<R: Row>(r: &R) -> Result<(i64, ActiveHead), StoreError>
+where
+    for<'r> i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> &'r str: sqlx::ColumnIndex<R>,
+{
+    Ok((
+        r.try_get("snapshot_id")?,
+        ActiveHead {
+            package_name: r.try_get("package_name")?,
+            installation_id: r.try_get("installation_id")?,
+            generation: r.try_get("generation")?,
+            generation_digest: r.try_get("generation_digest")?,
+            lock_digest: r.try_get("lock_digest")?,
+            revision_digest: r.try_get("revision_digest")?,
+            approved_permissions: String::new(),
+        },
+    ))
 }
 
 /// One head of an observation row (`OBSERVE_HEADS` and the queries built on it).

@@ -178,13 +178,22 @@ WHERE s.snapshot_id > $1 AND ($2 IS NULL OR s.project_id = $2)
 ORDER BY s.snapshot_id
 LIMIT 16";
 
-/// A snapshot's source rows.
-pub const SNAPSHOT_SOURCES: &str = "
-SELECT src.package_name, src.installation_id, src.generation, src.generation_digest,
-       src.lock_digest, src.revision_digest
+/// The source rows of a page of snapshots, `$1` their ids, in one statement rather than one
+/// per snapshot (a round trip each on PostgreSQL).
+pub const SNAPSHOT_SOURCES_PG: &str = "
+SELECT src.snapshot_id, src.package_name, src.installation_id, src.generation,
+       src.generation_digest, src.lock_digest, src.revision_digest
 FROM ql3.tool_definition_snapshot_sources AS src
-WHERE src.snapshot_id = $1
-ORDER BY src.package_name";
+WHERE src.snapshot_id = ANY($1)
+ORDER BY src.snapshot_id, src.package_name";
+
+/// [`SNAPSHOT_SOURCES_PG`] in SQLite: `$1` a JSON array of snapshot ids.
+pub const SNAPSHOT_SOURCES_SQLITE: &str = "
+SELECT src.snapshot_id, src.package_name, src.installation_id, src.generation,
+       src.generation_digest, src.lock_digest, src.revision_digest
+FROM tool_definition_snapshot_sources AS src
+WHERE src.snapshot_id IN (SELECT j.value FROM json_each($1) AS j)
+ORDER BY src.snapshot_id, src.package_name";
 
 /// The current proof's body in SQLite, shared by its `find_current` and pending scan (PostgreSQL
 /// has the migration's function): `s` is a snapshot of project `PROJECT`; true when its sources
