@@ -106,22 +106,30 @@ contract!(
     verify_pairs_each_snapshot_with_its_own_sources,
 );
 
-/// What `verify` finds, snapshot by snapshot, read page by page as the command reads them:
-/// (project, problems), in snapshot id order.
-async fn verified(store: &Store) -> Vec<(String, Vec<String>)> {
+/// What `verify` finds, snapshot by snapshot, read page by page as the command reads them
+/// (pages stopped after `max_bytes` of documents): (project, problems), in snapshot id order,
+/// and the pages' sizes.
+async fn verified_in(store: &Store, max_bytes: i64) -> (Vec<(String, Vec<String>)>, Vec<usize>) {
     let mut a = store.begin().await.unwrap();
-    let (mut out, mut after) = (Vec::new(), 0);
+    let (mut out, mut pages, mut after) = (Vec::new(), Vec::new(), 0);
     loop {
-        let page = a.snapshot_page(after, None).await.unwrap();
+        let page = a.snapshot_page(after, None, max_bytes).await.unwrap();
         let Some(last) = page.last() else { break };
         assert!(last.snapshot_id > after, "pages move forward");
         after = last.snapshot_id;
+        pages.push(page.len());
         out.extend(
             page.iter()
                 .map(|s| (s.project_id.clone(), package_executor::verify::problems(s))),
         );
     }
     a.rollback().await.unwrap();
+    (out, pages)
+}
+
+async fn verified(store: &Store) -> Vec<(String, Vec<String>)> {
+    let (out, pages) = verified_in(store, 1 << 30).await;
+    assert_eq!(pages, [16, 16, 8], "16 a page when the bytes allow");
     out
 }
 
@@ -134,6 +142,20 @@ async fn verify_pairs_each_snapshot_with_its_own_sources(s: Stores) {
     let clean = verified(&s.exec).await;
     assert_eq!(clean.len(), 40, "every snapshot once, over three pages");
     assert!(clean.iter().all(|(_, p)| p.is_empty()), "{clean:?}");
+    // A page stops once its documents hold the bytes asked for, but always takes one.
+    let (one_each, pages) = verified_in(&s.exec, 1).await;
+    assert_eq!((one_each, pages), (clean.clone(), vec![1; 40]));
+    let size = scalar(
+        &s.exec,
+        "SELECT CAST(max(LENGTH(canonical_json)) AS BIGINT) FROM ql3.tool_definition_snapshots",
+    )
+    .await;
+    let (two_each, pages) = verified_in(&s.exec, size + 1).await;
+    assert_eq!(two_each, clean);
+    assert!(
+        pages.iter().all(|&n| n <= 2) && pages.len() >= 20,
+        "{pages:?}"
+    );
 
     // The database is thrown away after the test, so the triggers stay off.
     let off = match s.admin.dialect() {
@@ -1088,7 +1110,7 @@ async fn snapshots_of(store: &Store) -> Vec<(String, String, String, String, Vec
     let mut out = Vec::new();
     let mut after = 0;
     loop {
-        let page = a.snapshot_page(after, None).await.unwrap();
+        let page = a.snapshot_page(after, None, 1 << 30).await.unwrap();
         let Some(last) = page.last() else { break };
         after = last.snapshot_id;
         for s in page {

@@ -429,16 +429,19 @@ impl Attempt<'_> {
     }
 
     /// Up to 16 stored snapshots after `after_id` (optionally of one project), with sources:
-    /// two statements a page.
+    /// two statements a page. Rows stop once the documents before one hold `max_bytes`, so a
+    /// page holds less than `max_bytes` plus one document; the first row always comes.
     pub async fn snapshot_page(
         &mut self,
         after_id: i64,
         project_id: Option<&str>,
+        max_bytes: i64,
     ) -> Result<Vec<StoredSnapshot>, StoreError> {
         let rows = on_conn!(self, c, d => {
             sqlx::query(for_dialect(d, sql::SNAPSHOT_PAGE))
                 .bind(after_id)
                 .bind(project_id)
+                .bind(max_bytes)
                 .fetch_all(c)
                 .await?
                 .iter()

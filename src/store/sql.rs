@@ -168,15 +168,24 @@ WHERE s.project_id = $1
 ORDER BY s.snapshot_id DESC
 LIMIT 1";
 
-/// Snapshots in id order, one page at a time (for `verify`).
+/// Snapshots in id order, one page at a time (for `verify`): up to 16, and no more after the
+/// documents before a row already hold `$3` bytes, so a page of large documents stays small
+/// (the first row always comes, whatever its size).
 pub const SNAPSHOT_PAGE: &str = "
-SELECT s.snapshot_id, s.project_id, s.snapshot_digest, s.active_vector_digest,
-       s.definition_digest, CAST(s.package_count AS BIGINT) AS package_count,
-       CAST(s.definition_count AS BIGINT) AS definition_count, s.canonical_json
-FROM ql3.tool_definition_snapshots AS s
-WHERE s.snapshot_id > $1 AND ($2 IS NULL OR s.project_id = $2)
-ORDER BY s.snapshot_id
-LIMIT 16";
+SELECT page.snapshot_id, page.project_id, page.snapshot_digest, page.active_vector_digest,
+       page.definition_digest, page.package_count, page.definition_count, page.canonical_json
+FROM (
+  SELECT s.snapshot_id, s.project_id, s.snapshot_digest, s.active_vector_digest,
+         s.definition_digest, CAST(s.package_count AS BIGINT) AS package_count,
+         CAST(s.definition_count AS BIGINT) AS definition_count, s.canonical_json,
+         sum(LENGTH_FN(s.canonical_json)) OVER (ORDER BY s.snapshot_id)
+           - LENGTH_FN(s.canonical_json) AS bytes_before
+  FROM ql3.tool_definition_snapshots AS s
+  WHERE s.snapshot_id > $1 AND ($2 IS NULL OR s.project_id = $2)
+  ORDER BY s.snapshot_id
+  LIMIT 16) AS page
+WHERE page.bytes_before < $3
+ORDER BY page.snapshot_id";
 
 /// The source rows of a page of snapshots, `$1` their ids, in one statement rather than one
 /// per snapshot (a round trip each on PostgreSQL).
