@@ -109,11 +109,15 @@ contract!(
 /// What `verify` finds, snapshot by snapshot, read page by page as the command reads them
 /// (pages stopped after `max_bytes` of documents): (project, problems), in snapshot id order,
 /// and the pages' sizes.
-async fn verified_in(store: &Store, max_bytes: i64) -> (Vec<(String, Vec<String>)>, Vec<usize>) {
+async fn verified_in(
+    store: &Store,
+    project: Option<&str>,
+    max_bytes: i64,
+) -> (Vec<(String, Vec<String>)>, Vec<usize>) {
     let mut a = store.begin().await.unwrap();
     let (mut out, mut pages, mut after) = (Vec::new(), Vec::new(), 0);
     loop {
-        let page = a.snapshot_page(after, None, max_bytes).await.unwrap();
+        let page = a.snapshot_page(after, project, max_bytes).await.unwrap();
         let Some(last) = page.last() else { break };
         assert!(last.snapshot_id > after, "pages move forward");
         after = last.snapshot_id;
@@ -128,7 +132,7 @@ async fn verified_in(store: &Store, max_bytes: i64) -> (Vec<(String, Vec<String>
 }
 
 async fn verified(store: &Store) -> Vec<(String, Vec<String>)> {
-    let (out, pages) = verified_in(store, 1 << 30).await;
+    let (out, pages) = verified_in(store, None, 1 << 30).await;
     assert_eq!(pages, [16, 16, 8], "16 a page when the bytes allow");
     out
 }
@@ -143,14 +147,14 @@ async fn verify_pairs_each_snapshot_with_its_own_sources(s: Stores) {
     assert_eq!(clean.len(), 40, "every snapshot once, over three pages");
     assert!(clean.iter().all(|(_, p)| p.is_empty()), "{clean:?}");
     // A page stops once its documents hold the bytes asked for, but always takes one.
-    let (one_each, pages) = verified_in(&s.exec, 1).await;
+    let (one_each, pages) = verified_in(&s.exec, None, 1).await;
     assert_eq!((one_each, pages), (clean.clone(), vec![1; 40]));
     let size = scalar(
         &s.exec,
         "SELECT CAST(max(LENGTH(canonical_json)) AS BIGINT) FROM ql3.tool_definition_snapshots",
     )
     .await;
-    let (two_each, pages) = verified_in(&s.exec, size + 1).await;
+    let (two_each, pages) = verified_in(&s.exec, None, size + 1).await;
     assert_eq!(two_each, clean);
     assert!(
         pages.iter().all(|&n| n <= 2) && pages.len() >= 20,
@@ -184,6 +188,13 @@ async fn verify_pairs_each_snapshot_with_its_own_sources(s: Stores) {
         "{:?}",
         bad[0].1
     );
+    // One project's pages hold its snapshots only.
+    for (project, fails) in [("p00021", true), ("p00022", false)] {
+        let (one, pages) = verified_in(&s.exec, Some(project), 1 << 30).await;
+        assert_eq!(pages, [1], "{project}");
+        assert_eq!(one[0].0, project);
+        assert_eq!(!one[0].1.is_empty(), fails, "{one:?}");
+    }
 }
 
 /// `sources import --dry-run`: the same checks as an import, the database's included, and

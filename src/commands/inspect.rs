@@ -252,8 +252,13 @@ pub async fn verify(cli: &Cli, project: Option<&str>, json: bool) -> anyhow::Res
         };
         println!("{}", serde_json::to_string(&report)?);
     } else {
+        let noun = if checked == 1 {
+            "snapshot"
+        } else {
+            "snapshots"
+        };
         println!(
-            "verified {checked} snapshots: {} ok, {bad} failed",
+            "verified {checked} {noun}: {} ok, {bad} failed",
             checked - bad
         );
     }

@@ -437,11 +437,16 @@ impl Attempt<'_> {
         project_id: Option<&str>,
         max_bytes: i64,
     ) -> Result<Vec<StoredSnapshot>, StoreError> {
+        let text = match project_id {
+            None => sql::SNAPSHOT_PAGE,
+            Some(_) => sql::SNAPSHOT_PAGE_OF_PROJECT,
+        };
         let rows = on_conn!(self, c, d => {
-            sqlx::query(for_dialect(d, sql::SNAPSHOT_PAGE))
-                .bind(after_id)
-                .bind(project_id)
-                .bind(max_bytes)
+            let mut query = sqlx::query(for_dialect(d, text)).bind(after_id).bind(max_bytes);
+            if let Some(project_id) = project_id {
+                query = query.bind(project_id);
+            }
+            query
                 .fetch_all(c)
                 .await?
                 .iter()

@@ -168,10 +168,13 @@ WHERE s.project_id = $1
 ORDER BY s.snapshot_id DESC
 LIMIT 1";
 
-/// Snapshots in id order, one page at a time (for `verify`): up to 16, and no more after the
-/// documents before a row already hold `$3` bytes, so a page of large documents stays small
-/// (the first row always comes, whatever its size).
-pub const SNAPSHOT_PAGE: &str = "
+/// Snapshots in id order after `$1`, one page at a time (for `verify`): up to 16, and no more
+/// after the documents before a row already hold `$2` bytes, so a page of large documents
+/// stays small (the first row always comes, whatever its size). `$filter` narrows the rows.
+macro_rules! snapshot_page {
+    ($filter:expr) => {
+        concat!(
+            "
 SELECT page.snapshot_id, page.project_id, page.snapshot_digest, page.active_vector_digest,
        page.definition_digest, page.package_count, page.definition_count, page.canonical_json
 FROM (
@@ -181,11 +184,23 @@ FROM (
          sum(LENGTH_FN(s.canonical_json)) OVER (ORDER BY s.snapshot_id)
            - LENGTH_FN(s.canonical_json) AS bytes_before
   FROM ql3.tool_definition_snapshots AS s
-  WHERE s.snapshot_id > $1 AND ($2 IS NULL OR s.project_id = $2)
+  WHERE s.snapshot_id > $1",
+            $filter,
+            "
   ORDER BY s.snapshot_id
   LIMIT 16) AS page
-WHERE page.bytes_before < $3
-ORDER BY page.snapshot_id";
+WHERE page.bytes_before < $2
+ORDER BY page.snapshot_id"
+        )
+    };
+}
+
+/// Every project's snapshots, a page at a time.
+pub const SNAPSHOT_PAGE: &str = snapshot_page!("");
+
+/// One project's (`$3`) snapshots, a page at a time: its own statement, so that the project's
+/// index serves it (an `OR $3 IS NULL` form scanned every snapshot on SQLite).
+pub const SNAPSHOT_PAGE_OF_PROJECT: &str = snapshot_page!(" AND s.project_id = $3");
 
 /// The source rows of a page of snapshots, `$1` their ids, in one statement rather than one
 /// per snapshot (a round trip each on PostgreSQL).
