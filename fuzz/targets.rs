@@ -97,7 +97,8 @@ fn class(e: &JsonError) -> &'static str {
 }
 
 /// The text canonicalizer against the value canonicalizer: the same bytes, or the same class of
-/// error, for every input; output is a fixed point; and, where `serde_json_canonicalizer` (the
+/// error, for every input; output is a fixed point; `is_canonical_form` accepts the input only
+/// when it is that output; and, where `serde_json_canonicalizer` (the
 /// reference) also accepts the input, the same bytes as the reference.
 pub fn canonical(data: &[u8]) {
     let by_value = canonical::parse_strict(data, 128).map(|v| canonical::to_vec(&v));
@@ -111,6 +112,14 @@ pub fn canonical(data: &[u8]) {
         (a, b) => panic!("one canonicalizer accepts, the other refuses: {a:?} / {b:?}"),
     }
     let Ok(out) = by_value else { return };
+    // `verify`'s check of stored bytes: it accepts the canonical form and nothing else.
+    let value = canonical::parse_strict(data, 128).expect("parsed once already");
+    assert!(canonical::is_canonical_form(&value, &out));
+    assert_eq!(
+        canonical::is_canonical_form(&value, data),
+        data == out.as_slice(),
+        "the canonical-form check accepts exactly the canonical bytes"
+    );
     let again = canonical::parse_strict(&out, 128).expect("canonical output re-parses");
     assert_eq!(
         canonical::to_vec(&again),
