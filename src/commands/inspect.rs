@@ -190,12 +190,21 @@ pub async fn verify(cli: &Cli, project: Option<&str>, json: bool) -> anyhow::Res
     let mut after = 0i64;
     let (mut checked, mut bad) = (0u64, 0u64);
     let mut found = Vec::new();
-    // Checking a million snapshots takes minutes: show it moving.
+    // Checking a million snapshots takes minutes: show it moving, towards the count when it
+    // started (snapshots appended since are checked too).
+    let total = store.count_snapshots(project).await?;
     let meter = super::meter::Meter::start(
         super::progress::progress_wanted(cli),
-        None,
-        "{spinner} {elapsed} {human_pos} snapshots checked",
-        |checked| tracing::info!(snapshots_checked = checked, "verify progress"),
+        Some(total),
+        "{spinner} {elapsed} [{bar:30}] {human_pos}/{human_len} snapshots checked ({eta} left)",
+        move |checked| {
+            tracing::info!(
+                snapshots_checked = checked,
+                snapshots_total = total,
+                percent = super::meter::percent(checked, total),
+                "verify progress"
+            );
+        },
     );
     let mut in_flight = std::collections::VecDeque::with_capacity(workers);
     let mut report = |page: Vec<Checked>| {
@@ -227,9 +236,7 @@ pub async fn verify(cli: &Cli, project: Option<&str>, json: bool) -> anyhow::Res
         }
     };
     loop {
-        let mut a = store.begin().await?;
-        let page = a.snapshot_page(after, project, PAGE_BYTES).await?;
-        a.rollback().await?;
+        let page = store.snapshot_page(after, project, PAGE_BYTES).await?;
         let Some(last) = page.last() else { break };
         after = last.snapshot_id;
         in_flight.push_back(check_page(page));

@@ -428,6 +428,22 @@ impl Attempt<'_> {
         })
     }
 
+    /// How many snapshots are stored (of one project, when given).
+    pub async fn count_snapshots(&mut self, project_id: Option<&str>) -> Result<u64, StoreError> {
+        let text = match project_id {
+            None => sql::COUNT_SNAPSHOTS,
+            Some(_) => sql::COUNT_SNAPSHOTS_OF_PROJECT,
+        };
+        let n: i64 = on_conn!(self, c, d => {
+            let mut query = sqlx::query_scalar(for_dialect(d, text));
+            if let Some(project_id) = project_id {
+                query = query.bind(project_id);
+            }
+            query.fetch_one(c).await?
+        });
+        Ok(n.unsigned_abs())
+    }
+
     /// Up to 16 stored snapshots after `after_id` (optionally of one project), with sources:
     /// two statements a page. Rows stop once the documents before one hold `max_bytes`, so a
     /// page holds less than `max_bytes` plus one document; the first row always comes.

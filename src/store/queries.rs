@@ -137,6 +137,24 @@ impl Store {
             .await
     }
 
+    /// A page of stored snapshots with their source rows, for `verify` (see
+    /// [`super::Attempt::snapshot_page`]), within the answer timeout.
+    pub async fn snapshot_page(
+        &self,
+        after_id: i64,
+        project_id: Option<&str>,
+        max_bytes: i64,
+    ) -> Result<Vec<StoredSnapshot>, StoreError> {
+        self.read(async |a| a.snapshot_page(after_id, project_id, max_bytes).await)
+            .await
+    }
+
+    /// How many snapshots are stored (of one project, when given), within the answer timeout.
+    pub async fn count_snapshots(&self, project_id: Option<&str>) -> Result<u64, StoreError> {
+        self.read(async |a| a.count_snapshots(project_id).await)
+            .await
+    }
+
     /// One read in a transaction of its own (rolled back), within the answer timeout, on a
     /// connection that is closed rather than returned if anything fails.
     async fn read<T>(

@@ -198,6 +198,14 @@ ORDER BY page.snapshot_id"
 /// Every project's snapshots, a page at a time.
 pub const SNAPSHOT_PAGE: &str = snapshot_page!("");
 
+/// How many snapshots are stored (for `verify`'s progress).
+pub const COUNT_SNAPSHOTS: &str =
+    "SELECT CAST(COUNT(*) AS BIGINT) AS n FROM ql3.tool_definition_snapshots AS s";
+
+/// How many snapshots project `$1` has.
+pub const COUNT_SNAPSHOTS_OF_PROJECT: &str = "SELECT CAST(COUNT(*) AS BIGINT) AS n \
+     FROM ql3.tool_definition_snapshots AS s WHERE s.project_id = $1";
+
 /// One project's (`$3`) snapshots, a page at a time: its own statement, so that the project's
 /// index serves it (an `OR $3 IS NULL` form scanned every snapshot on SQLite).
 pub const SNAPSHOT_PAGE_OF_PROJECT: &str = snapshot_page!(" AND s.project_id = $3");
