@@ -366,6 +366,14 @@ async fn bench_run(bin: &PathBuf, dir: &std::path::Path) {
             warm.as_secs_f64(),
             v["published"]
         );
+        let (took, v) = run_cli(bin, &url, &["verify", "--json"]);
+        println!(
+            "[run/{dialect}] verify: {:.2}s, {:.0} snapshots/s ({} checked, {} problems)",
+            took.as_secs_f64(),
+            v["checked"].as_f64().unwrap_or(0.0) / took.as_secs_f64(),
+            v["checked"],
+            v["problems"].as_array().map_or(0, Vec::len)
+        );
         let Some((floor_url, analyzed_url)) = copies else {
             continue;
         };
