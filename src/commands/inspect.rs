@@ -176,16 +176,17 @@ fn check_page(page: Vec<crate::store::StoredSnapshot>) -> tokio::task::JoinHandl
     })
 }
 
-/// The document bytes after which a page of `verify` stops (it always takes one document, at
-/// most 8 MiB): with a page checked on each core and the next one being read, `verify` holds a
-/// few pages of less than twice this, however large the documents are.
+/// The document bytes after which a page of `verify` stops. A row comes while the documents
+/// before it hold less than this, so a page holds at most this plus one document (8 MiB at
+/// most): with a page checked on each core and the next one being read, `verify` holds a few
+/// pages of 12 MiB at most, however large the documents are.
 const PAGE_BYTES: i64 = 4 << 20;
 
 /// `verify [--project P] [--json]`.
 pub async fn verify(cli: &Cli, project: Option<&str>, json: bool) -> anyhow::Result<i32> {
     let store = connect_migrated(cli, 1).await?;
-    // Pages being checked at once: one per core. Each holds up to 16 snapshots and about
-    // PAGE_BYTES, so memory stays a few pages whatever the table's size.
+    // Pages being checked at once: one per core. Each holds up to 16 snapshots and at most
+    // PAGE_BYTES plus one document, so memory stays a few pages whatever the table's size.
     let workers = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     let mut after = 0i64;
     let (mut checked, mut bad) = (0u64, 0u64);
