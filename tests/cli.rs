@@ -182,6 +182,18 @@ fn demo_then_inspect_on_sqlite() {
     assert_eq!(v["outcome"], "already-current");
     assert_eq!(code(&with(&["publish", "no-such-project"])), 1);
     assert_eq!(code(&with(&["explain", "demo-rejected"])), 0);
+    let explained = |project: &str| {
+        let o = with(&["explain", project]);
+        assert_eq!(code(&o), 0);
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let text = explained("demo-1");
+    assert!(
+        text.contains("pending index  not marked: nothing changed"),
+        "{text}"
+    );
+    let text = explained("demo-rejected");
+    assert!(text.contains("rejection stands"), "{text}");
     assert_eq!(code(&with(&["verify"])), 0);
 
     let summary = dir.path().join("summary.json");
@@ -218,6 +230,11 @@ fn demo_then_inspect_on_sqlite() {
         code(&with(&["current", "demo-1"])),
         4,
         "never a stale snapshot"
+    );
+    let text = explained("demo-1");
+    assert!(
+        text.contains("pending index  marked (version") && text.contains("wait for the next run"),
+        "{text}"
     );
     let o = with(&["run", "--json"]);
     assert_eq!(code(&o), 0);

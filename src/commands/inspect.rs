@@ -76,6 +76,7 @@ pub async fn explain(cli: &Cli, project: &str) -> anyhow::Result<i32> {
     let vector = planner::active_vector_digest(project, &heads);
     let newest = a.newest_snapshot(project).await?;
     let rejection = a.project_rejections(project).await?.remove(vector.as_str());
+    let mark = a.mark_version(project).await?;
     a.rollback().await?;
     println!("project {project}");
     // The observation reads at most one head past the limit, so past it the count is a floor.
@@ -124,14 +125,46 @@ pub async fn explain(cli: &Cli, project: &str) -> anyhow::Result<i32> {
         ),
         None => println!("  newest         no snapshot was ever published"),
     }
-    match &rejection {
-        Some(r) => println!("  rejected       {}: {}", r.reason, r.detail),
-        None if current.is_none() => println!(
-            "  next step      `package-executor publish {project}` (or wait for the next run)"
-        ),
-        None => {}
+    if let Some(r) = &rejection {
+        println!("  rejected       {}: {}", r.reason, r.detail);
+    }
+    let (pending, next) = pending_lines(project, mark, current.is_some(), rejection.is_some());
+    println!("  pending index  {pending}");
+    if let Some(next) = next {
+        println!("  next step      {next}");
     }
     Ok(exit::OK)
+}
+
+/// What `explain` says of a project's mark in the pending index (contract section 9), and the
+/// next step when the project is neither current nor rejected: a plain `run` looks only at
+/// marked projects, so an unmarked one that is not current waits for a full scan.
+fn pending_lines(
+    project: &str,
+    mark: Option<i64>,
+    current: bool,
+    rejected: bool,
+) -> (String, Option<String>) {
+    let pending = match (mark, current, rejected) {
+        (Some(v), _, _) => format!("marked (version {v}): the next `run` looks at it"),
+        (None, true, _) => "not marked: nothing changed since it was last dealt with".to_owned(),
+        (None, false, true) => {
+            "not marked: the rejection stands until its packages change".to_owned()
+        }
+        (None, false, false) => "not marked, though not current: a plain `run` skips it \
+             (its mark was lost); `run --full-scan`, the chart's periodic sweep, finds it"
+            .to_owned(),
+    };
+    let next = match (current || rejected, mark) {
+        (true, _) => None,
+        (false, Some(_)) => Some(format!(
+            "`package-executor publish {project}` (or wait for the next run)"
+        )),
+        (false, None) => Some(format!(
+            "`package-executor publish {project}` (or `package-executor run --full-scan`)"
+        )),
+    };
+    (pending, next)
 }
 
 /// One problem `verify --json` reports.
@@ -271,4 +304,39 @@ pub async fn verify(cli: &Cli, project: Option<&str>, json: bool) -> anyhow::Res
         );
     }
     Ok(if bad > 0 { exit::INTEGRITY } else { exit::OK })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pending_lines;
+
+    #[test]
+    fn explain_says_whether_a_run_will_look_at_the_project() {
+        let (line, next) = pending_lines("p", Some(7), false, false);
+        assert!(line.starts_with("marked (version 7)"), "{line}");
+        assert_eq!(
+            next.as_deref(),
+            Some("`package-executor publish p` (or wait for the next run)")
+        );
+        let (line, next) = pending_lines("p", None, true, false);
+        assert!(line.starts_with("not marked: nothing changed"), "{line}");
+        assert_eq!(next, None);
+        let (line, next) = pending_lines("p", None, false, true);
+        assert!(line.contains("rejection stands"), "{line}");
+        assert_eq!(next, None);
+        // A lost mark: only a full scan or a publish builds it.
+        let (line, next) = pending_lines("p", None, false, false);
+        assert!(
+            line.contains("--full-scan") && line.contains("skips it"),
+            "{line}"
+        );
+        assert_eq!(
+            next.as_deref(),
+            Some("`package-executor publish p` (or `package-executor run --full-scan`)")
+        );
+        // Marked and rejected (the packages changed again): the run looks, no step to take.
+        let (line, next) = pending_lines("p", Some(9), false, true);
+        assert!(line.starts_with("marked"), "{line}");
+        assert_eq!(next, None);
+    }
 }
