@@ -457,7 +457,7 @@ impl Attempt<'_> {
             None => sql::SNAPSHOT_PAGE,
             Some(_) => sql::SNAPSHOT_PAGE_OF_PROJECT,
         };
-        let rows = on_conn!(self, c, d => {
+        let mut snapshots = on_conn!(self, c, d => {
             let mut query = sqlx::query(for_dialect(d, text)).bind(after_id).bind(max_bytes);
             if let Some(project_id) = project_id {
                 query = query.bind(project_id);
@@ -481,10 +481,10 @@ impl Attempt<'_> {
                 })
                 .collect::<Result<Vec<_>, StoreError>>()
         })?;
-        if rows.is_empty() {
-            return Ok(rows);
+        if snapshots.is_empty() {
+            return Ok(snapshots);
         }
-        let ids: Vec<i64> = rows.iter().map(|s| s.snapshot_id).collect();
+        let ids: Vec<i64> = snapshots.iter().map(|s| s.snapshot_id).collect();
         let sources = match self {
             Attempt::Pg(tx) => sqlx::query(sql::SNAPSHOT_SOURCES_PG)
                 .bind(&ids)
@@ -505,14 +505,13 @@ impl Attempt<'_> {
                     .collect::<Result<Vec<_>, _>>()?
             }
         };
-        let mut out = rows;
         let index: HashMap<i64, usize> = ids.iter().enumerate().map(|(i, id)| (*id, i)).collect();
         for (snapshot_id, head) in sources {
             if let Some(&i) = index.get(&snapshot_id) {
-                out[i].sources.push(head);
+                snapshots[i].sources.push(head);
             }
         }
-        Ok(out)
+        Ok(snapshots)
     }
 }
 
