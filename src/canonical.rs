@@ -113,9 +113,13 @@ struct MatchSink<'a> {
 impl Sink for MatchSink<'_> {
     #[inline]
     fn put(&mut self, bytes: &[u8]) {
+        // Once the bytes differ, the rest of the document is not compared.
+        if !self.same {
+            return;
+        }
         match self.rest.strip_prefix(bytes) {
-            Some(rest) if self.same => self.rest = rest,
-            _ => self.same = false,
+            Some(rest) => self.rest = rest,
+            None => self.same = false,
         }
     }
 }
