@@ -259,7 +259,7 @@ impl SnapshotBuilder {
     pub fn check_stored(&self, i: usize, stored: Option<StoredLength>) -> Result<(), Rejection> {
         let h = &self.heads[i];
         let Some(stored) = stored else {
-            return Err(Rejection::new(
+            return Err(Rejection::of_row(
                 Code::RevisionMissing,
                 format!(
                     "package {}: generation {} points at revision {}, which is not stored; \
@@ -269,7 +269,7 @@ impl SnapshotBuilder {
             ));
         };
         if stored.byte_length != stored.actual_length {
-            return Err(Rejection::new(
+            return Err(Rejection::of_row(
                 Code::SourceInvalid,
                 format!(
                     "package {}: revision {} has byte_length {} but {} stored bytes; the \
@@ -323,7 +323,7 @@ impl SnapshotBuilder {
     fn check_digest(&self, i: usize, actual: Digest) -> Result<&str, Rejection> {
         let h = &self.heads[i];
         if actual.as_str() != h.revision_digest {
-            return Err(Rejection::new(
+            return Err(Rejection::of_row(
                 Code::RevisionDigestMismatch,
                 format!(
                     "package {}: revision {} hashes to {actual}; the stored bytes were altered, \

@@ -2,7 +2,8 @@
 
 use std::fmt;
 
-/// Why a project gets no snapshot for its current active vector. Permanent for that vector.
+/// Why a project gets no snapshot for its current active vector. Permanent for that vector,
+/// except for the verdicts on a revision row (see [`Rejection::recorded`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum RejectionCode {
     /// More than 128 active packages.
@@ -82,6 +83,19 @@ impl RejectionCode {
         }
     }
 
+    /// Whether a rejection recorded with this reason skips later builds of its vector.
+    /// `revision-missing` and `revision-digest-mismatch` are verdicts on a revision *row* (absent,
+    /// or holding bytes other than the ones its digest pins), which the control plane can store
+    /// or replace; they are never recorded now (see [`Rejection::recorded`]), and a row an older
+    /// build recorded for them never stands. A reason this build does not know (written by a
+    /// newer one) stands: failing closed keeps the project rejected.
+    pub fn stands(reason: &str) -> bool {
+        !matches!(
+            Self::parse(reason),
+            Some(Self::RevisionMissing | Self::RevisionDigestMismatch)
+        )
+    }
+
     /// Parses a code string.
     pub fn parse(s: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|c| c.as_str() == s)
@@ -102,14 +116,47 @@ pub struct Rejection {
     pub code: RejectionCode,
     /// What is wrong and what to do next.
     pub detail: String,
+    /// Whether the rejection follows from the content the active vector pins, and so is
+    /// recorded and stands for the vector (contract section 7). A revision's bytes are fixed by
+    /// its digest and a generation's digests and permissions by a trigger, so every check of
+    /// content gives the same answer on every later build. A check of a revision *row* does
+    /// not: the row may be stored later (`revision-missing`), or a row whose bytes are not the
+    /// ones its digest pins (`revision-digest-mismatch`, or a `byte_length` that is not its
+    /// stored length) may be replaced. Such a rejection is reported, never recorded, and the
+    /// row's arrival marks the project for the next run.
+    pub recorded: bool,
 }
 
 impl Rejection {
-    /// Builds a rejection.
+    /// A rejection of the vector's content: recorded, it stands for the vector.
     pub fn new(code: RejectionCode, detail: impl Into<String>) -> Self {
         Self {
             code,
             detail: detail.into(),
+            recorded: true,
         }
+    }
+
+    /// A rejection of a revision row (absent, or not the bytes its digest pins): reported,
+    /// never recorded.
+    pub fn of_row(code: RejectionCode, detail: impl Into<String>) -> Self {
+        Self {
+            recorded: false,
+            ..Self::new(code, detail)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RejectionCode as C;
+
+    #[test]
+    fn only_verdicts_on_content_stand_when_recorded() {
+        for code in C::ALL {
+            let row = matches!(code, C::RevisionMissing | C::RevisionDigestMismatch);
+            assert_eq!(C::stands(code.as_str()), !row, "{code}");
+        }
+        assert!(C::stands("a-reason-of-a-newer-build"), "fails closed");
     }
 }

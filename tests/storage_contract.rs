@@ -56,6 +56,8 @@ async fn planned(store: &Store, project: &str) -> planner::Snapshot {
 struct Stores {
     admin: Store,
     exec: Store,
+    /// The executor's URL, for the binary.
+    exec_url: String,
 }
 
 macro_rules! contract {
@@ -65,20 +67,23 @@ macro_rules! contract {
             async fn postgres() {
                 let url = super::pg::fresh_db().await;
                 let admin = super::connect(&url).await;
-                super::within(super::$name(super::Stores { exec: admin.clone(), admin })).await;
+                let stores = super::Stores { exec: admin.clone(), admin, exec_url: url };
+                super::within(super::$name(stores)).await;
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn postgres_executor_login() {
                 let url = super::pg::fresh_db().await;
                 let admin = super::connect(&url).await;
-                let exec = super::connect(&super::pg::as_login(&url, "login_executor")).await;
-                super::within(super::$name(super::Stores { admin, exec })).await;
+                let exec_url = super::pg::as_login(&url, "login_executor");
+                let exec = super::connect(&exec_url).await;
+                super::within(super::$name(super::Stores { admin, exec, exec_url })).await;
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn sqlite() {
                 let (url, _dir) = super::pg::fresh_sqlite().await;
                 let admin = super::connect(&url).await;
-                super::within(super::$name(super::Stores { exec: admin.clone(), admin })).await;
+                let stores = super::Stores { exec: admin.clone(), admin, exec_url: url };
+                super::within(super::$name(stores)).await;
             }
         }
     )*};
@@ -104,6 +109,9 @@ contract!(
     permission_arrays_are_checked_alike,
     a_dry_run_checks_everything_and_writes_nothing,
     verify_pairs_each_snapshot_with_its_own_sources,
+    a_late_revision_is_built,
+    a_revision_missing_row_of_an_older_build_never_stands,
+    a_late_revision_rejected_for_its_content_stands,
 );
 
 /// What `verify` finds, snapshot by snapshot, read page by page as the command reads them
@@ -1296,12 +1304,9 @@ async fn every_source_change_marks_its_project(s: Stores) {
         assert_eq!(marked(&s.exec).await, [project], "{what}");
         settle(&s).await;
     }
-    // The arrival marked the project and the run looked at it, but a rejection is recorded per
-    // (project, vector) and the vector did not change: it stands (contract section 7).
-    assert_eq!(
-        publish(&s.exec, "late").await.reason(),
-        Some("revision-missing")
-    );
+    // The arrival marked the project, and the run built it: `revision-missing` was a condition,
+    // never recorded (contract section 7).
+    assert!(current_digest(&s.exec, "late").await.is_some());
     // The sources commands: activation and removal.
     sources::activate(&s.admin, "demo-1-github", 3)
         .await
@@ -1465,4 +1470,207 @@ async fn a_change_during_a_build_stays_marked_for_the_next_run() {
         assert_eq!(marked(&store).await, Vec::<String>::new());
     })
     .await;
+}
+
+/// A revision document for package `late.pkg`, with `extra` merged into its one tool.
+fn late_revision(extra: serde_json::Value) -> Vec<u8> {
+    let mut tool = serde_json::json!({"name": "lookup", "version": "1.0.0",
+        "title": "Look up", "inputSchema": {"type": "object"}});
+    tool.as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    let revision = serde_json::json!({"schema": "qinglong/materialized-revision@v1",
+        "package": {"name": "late.pkg", "version": "1.0.0"}, "tools": [tool]});
+    package_executor::canonical::to_vec(&revision)
+}
+
+/// Project `late` with one active generation of `late.pkg` pointing at `revision`: stored
+/// with it when `stored`, else only named by its digest (the row comes later).
+fn late_fixture(revision: &[u8], stored: bool) -> Vec<u8> {
+    let digest = package_executor::model::Digest::of(revision).to_string();
+    let mut generation = serde_json::json!({"generation": 1, "status": "active",
+        "revisionDigest": digest});
+    if stored {
+        generation["revision"] = serde_json::from_slice(revision).unwrap();
+    }
+    serde_json::to_vec(&serde_json::json!({"schema": "package-executor/fixture@v1",
+        "projects": [{"projectId": "late", "packages": [{"packageName": "late.pkg",
+            "installationId": "late-1", "generations": [generation]}]}]}))
+    .unwrap()
+}
+
+/// Stores `revision` by plain SQL, as a control plane materializes one.
+async fn store_revision_by_sql(admin: &Store, revision: &[u8]) {
+    let digest = package_executor::model::Digest::of(revision);
+    let hex: String = revision.iter().map(|b| format!("{b:02x}")).collect();
+    let bytes = match admin.dialect() {
+        Dialect::Postgres => format!("decode('{hex}', 'hex')"),
+        Dialect::Sqlite => format!("X'{hex}'"),
+    };
+    exec(
+        admin,
+        &format!(
+            "INSERT INTO ql3.materialized_revisions (revision_digest, content, byte_length) \
+             VALUES ('{digest}', {bytes}, {})",
+            revision.len()
+        ),
+    )
+    .await
+    .unwrap();
+}
+
+/// `explain late` as the executor runs it: its standard output.
+async fn explain_late(s: &Stores) -> String {
+    let out = succeeds(exe(&s.exec_url, "10s").args(["explain", "late"])).await;
+    String::from_utf8(out.stdout).unwrap()
+}
+
+async fn recorded_rejections(store: &Store, reason: &str) -> i64 {
+    scalar(
+        store,
+        &format!(
+            "SELECT COUNT(*) FROM ql3.tool_definition_snapshot_rejections \
+             WHERE project_id = 'late' AND reason = '{reason}'"
+        ),
+    )
+    .await
+}
+
+/// The three digests and the document of a project's current snapshot.
+async fn current_of(store: &Store, project: &str) -> (String, String, String, Vec<u8>) {
+    let c = store
+        .find_current(project)
+        .await
+        .unwrap()
+        .unwrap_or_else(|| panic!("{project} has no current snapshot"));
+    (
+        c.snapshot_digest,
+        c.active_vector_digest,
+        c.definition_digest,
+        c.canonical_json,
+    )
+}
+
+/// The snapshot of `late` built in a fresh SQLite file whose revision was there from the start.
+async fn built_on_time(revision: &[u8]) -> (String, String, String, Vec<u8>) {
+    let (url, _dir) = pg::fresh_sqlite().await;
+    let store = connect(&url).await;
+    import(&store, &late_fixture(revision, true)).await;
+    assert_eq!(run_all(&store, false).await.published, 1);
+    current_of(&store, "late").await
+}
+
+/// A revision that arrives late is built (contract section 7): `revision-missing` is reported
+/// but never recorded, the revision row stored by plain SQL marks the project, and the next
+/// plain run publishes it, and only it, with the digests of a project whose revision was there
+/// from the start. `explain` reads the live tables before and after.
+async fn a_late_revision_is_built(s: Stores) {
+    import(&s.admin, DEMO).await;
+    settle(&s).await;
+    let revision = late_revision(serde_json::json!({}));
+    import(&s.admin, &late_fixture(&revision, false)).await;
+    assert_eq!(marked(&s.exec).await, ["late"]);
+    let said = explain_late(&s).await;
+    assert!(said.contains("its revision is not stored"), "{said}");
+    assert!(said.contains("reports revision-missing while"), "{said}");
+    assert!(!said.contains("rejected"), "{said}");
+
+    let summary = run_all(&s.exec, false).await;
+    assert_eq!(summary.projects_scanned, 1, "{summary:?}");
+    assert_eq!(summary.rejected.get("revision-missing"), Some(&1));
+    assert_eq!(recorded_rejections(&s.admin, "revision-missing").await, 0);
+    assert_eq!(marked(&s.exec).await, Vec::<String>::new(), "the mark it saw");
+    let said = explain_late(&s).await;
+    assert!(said.contains("its revision is not stored"), "{said}");
+    assert!(said.contains("storing the revision marks it"), "{said}");
+    assert!(!said.contains("rejected") && !said.contains("lost"), "{said}");
+
+    store_revision_by_sql(&s.admin, &revision).await;
+    assert_eq!(marked(&s.exec).await, ["late"], "the arrival marks it");
+    let said = explain_late(&s).await;
+    assert!(!said.contains("not stored"), "{said}");
+    assert!(said.contains("the next `run` looks at it and builds it"), "{said}");
+
+    let summary = run_all(&s.exec, false).await;
+    assert_eq!(
+        (summary.projects_scanned, summary.published, summary.exit_code),
+        (1, 1, 0),
+        "{summary:?}"
+    );
+    assert!(summary.rejected.is_empty(), "{summary:?}");
+    assert_eq!(
+        current_of(&s.exec, "late").await,
+        built_on_time(&revision).await,
+        "the same snapshot as if the revision had been there from the start"
+    );
+    let said = explain_late(&s).await;
+    assert!(said.contains("current        yes"), "{said}");
+}
+
+/// A `revision-missing` row recorded by an older build (inserted here as the owner, the way
+/// such a build wrote it) never skips a build, and `explain` never gives it as the reason.
+async fn a_revision_missing_row_of_an_older_build_never_stands(s: Stores) {
+    let revision = late_revision(serde_json::json!({}));
+    import(&s.admin, &late_fixture(&revision, false)).await;
+    let vector = planner::active_vector_digest("late", &live_heads(&s.exec, "late").await);
+    exec(
+        &s.admin,
+        &format!(
+            "INSERT INTO ql3.tool_definition_snapshot_rejections \
+             (project_id, active_vector_digest, reason, detail) VALUES ('late', '{vector}', \
+             'revision-missing', 'package late.pkg: generation 1 points at a revision which is \
+             not stored')"
+        ),
+    )
+    .await
+    .unwrap();
+    let said = explain_late(&s).await;
+    assert!(said.contains("its revision is not stored"), "{said}");
+    assert!(!said.contains("rejected"), "{said}");
+    assert_eq!(
+        publish(&s.exec, "late").await.reason(),
+        Some("revision-missing")
+    );
+
+    store_revision_by_sql(&s.admin, &revision).await;
+    let said = explain_late(&s).await;
+    assert!(!said.contains("rejected") && !said.contains("not stored"), "{said}");
+    let summary = run_all(&s.exec, false).await;
+    assert_eq!((summary.published, summary.exit_code), (1, 0), "{summary:?}");
+    assert_eq!(
+        current_of(&s.exec, "late").await,
+        built_on_time(&revision).await
+    );
+    assert_eq!(
+        recorded_rejections(&s.admin, "revision-missing").await,
+        1,
+        "the old row stays, as history"
+    );
+}
+
+/// A late revision whose content is rejected records that reason, which then stands for the
+/// vector like every rejection of content: a full scan reports it again and records nothing.
+async fn a_late_revision_rejected_for_its_content_stands(s: Stores) {
+    let revision = late_revision(serde_json::json!({"command": "rm -rf /"}));
+    import(&s.admin, &late_fixture(&revision, false)).await;
+    let summary = run_all(&s.exec, false).await;
+    assert_eq!(summary.rejected.get("revision-missing"), Some(&1));
+    store_revision_by_sql(&s.admin, &revision).await;
+    let summary = run_all(&s.exec, false).await;
+    assert_eq!(summary.rejected.get("forbidden-field"), Some(&1), "{summary:?}");
+    assert_eq!(recorded_rejections(&s.admin, "forbidden-field").await, 1);
+    let said = explain_late(&s).await;
+    assert!(said.contains("rejected       forbidden-field"), "{said}");
+    assert!(said.contains("the rejection stands"), "{said}");
+    let summary = run_all(&s.exec, true).await;
+    assert_eq!(summary.rejected.get("forbidden-field"), Some(&1), "{summary:?}");
+    assert_eq!(
+        scalar(
+            &s.admin,
+            "SELECT COUNT(*) FROM ql3.tool_definition_snapshot_rejections"
+        )
+        .await,
+        1
+    );
+    assert_eq!(current_digest(&s.exec, "late").await, None);
 }

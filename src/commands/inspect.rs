@@ -71,7 +71,7 @@ pub async fn explain(cli: &Cli, project: &str) -> anyhow::Result<i32> {
         return Ok(exit::OK);
     }
     let current = a.find_current(project).await?;
-    let live = a.observe(project).await?;
+    let (live, stored) = a.observe_revisions(project).await?;
     let heads: Vec<_> = live.iter().map(|o| o.head.clone()).collect();
     let vector = planner::active_vector_digest(project, &heads);
     let newest = a.newest_snapshot(project).await?;
@@ -91,9 +91,18 @@ pub async fn explain(cli: &Cli, project: &str) -> anyhow::Result<i32> {
         n => format!("{n} active packages"),
     };
     println!("  live vector    {vector} ({count})");
+    // Read from the live tables, never from a recorded rejection: whether a revision is
+    // stored is a condition that changes, not a verdict on the vector.
+    let mut missing = None;
     for o in &live {
+        let revision = if o.status.is_none() || stored.contains_key(&o.head.revision_digest) {
+            ""
+        } else {
+            missing.get_or_insert(o);
+            "; its revision is not stored"
+        };
         println!(
-            "    {} installation {} generation {} ({})",
+            "    {} installation {} generation {} ({}{revision})",
             o.head.package_name,
             o.head.installation_id,
             o.head.generation,
@@ -128,7 +137,21 @@ pub async fn explain(cli: &Cli, project: &str) -> anyhow::Result<i32> {
     if let Some(r) = &rejection {
         println!("  rejected       {}: {}", r.reason, r.detail);
     }
-    let (pending, next) = pending_lines(project, mark, current.is_some(), rejection.is_some());
+    let standing = match (&current, &rejection, missing) {
+        (Some(_), _, _) => Standing::Current,
+        (None, Some(_), _) => Standing::Rejected,
+        (None, None, Some(o)) => {
+            println!(
+                "  waiting        package {} generation {} points at revision {}, which is not \
+                 stored yet; a run reports revision-missing until it is, and builds the project \
+                 once it is",
+                o.head.package_name, o.head.generation, o.head.revision_digest
+            );
+            Standing::AwaitingRevision
+        }
+        (None, None, None) => Standing::Buildable,
+    };
+    let (pending, next) = pending_lines(project, mark, standing);
     println!("  pending index  {pending}");
     if let Some(next) = next {
         println!("  next step      {next}");
@@ -136,31 +159,58 @@ pub async fn explain(cli: &Cli, project: &str) -> anyhow::Result<i32> {
     Ok(exit::OK)
 }
 
+/// Where a project stands, as `explain` reads it from the live tables.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Standing {
+    /// A snapshot is proven current.
+    Current,
+    /// A rejection recorded for the live vector stands.
+    Rejected,
+    /// A head's revision is not stored yet: nothing is recorded, and its arrival marks the
+    /// project.
+    AwaitingRevision,
+    /// Neither: a run that looks at it builds it.
+    Buildable,
+}
+
 /// What `explain` says of a project's mark in the pending index (contract section 9), and the
 /// next step when the project is neither current nor rejected: a plain `run` looks only at
-/// marked projects, so an unmarked one that is not current waits for a full scan.
-fn pending_lines(
-    project: &str,
-    mark: Option<i64>,
-    current: bool,
-    rejected: bool,
-) -> (String, Option<String>) {
-    let pending = match (mark, current, rejected) {
-        (Some(v), _, _) => format!("marked (version {v}): the next `run` looks at it"),
-        (None, true, _) => "not marked: nothing changed since it was last dealt with".to_owned(),
-        (None, false, true) => {
+/// marked projects, so an unmarked one that is not current waits for a full scan, unless it
+/// waits for a revision, whose arrival marks it.
+fn pending_lines(project: &str, mark: Option<i64>, standing: Standing) -> (String, Option<String>) {
+    let pending = match (mark, standing) {
+        (Some(v), Standing::AwaitingRevision) => format!(
+            "marked (version {v}): the next `run` looks at it, and reports revision-missing \
+             while the revision is not stored"
+        ),
+        (Some(v), Standing::Buildable) => {
+            format!("marked (version {v}): the next `run` looks at it and builds it")
+        }
+        (Some(v), _) => format!("marked (version {v}): the next `run` looks at it"),
+        (None, Standing::Current) => {
+            "not marked: nothing changed since it was last dealt with".to_owned()
+        }
+        (None, Standing::Rejected) => {
             "not marked: the rejection stands until its packages change".to_owned()
         }
-        (None, false, false) => "not marked, though not current: a plain `run` skips it \
+        (None, Standing::AwaitingRevision) => "not marked: storing the revision marks it, and \
+             the next `run` then builds it"
+            .to_owned(),
+        (None, Standing::Buildable) => "not marked, though not current: a plain `run` skips it \
              (its mark was lost); `run --full-scan`, the chart's periodic sweep, finds it"
             .to_owned(),
     };
-    let next = match (current || rejected, mark) {
-        (true, _) => None,
-        (false, Some(_)) => Some(format!(
+    let next = match (standing, mark) {
+        (Standing::Current | Standing::Rejected, _) => None,
+        (Standing::AwaitingRevision, _) => Some(
+            "materialize the missing revision (the control plane's job); or activate another \
+             generation of the package"
+                .to_owned(),
+        ),
+        (Standing::Buildable, Some(_)) => Some(format!(
             "`package-executor publish {project}` (or wait for the next run)"
         )),
-        (false, None) => Some(format!(
+        (Standing::Buildable, None) => Some(format!(
             "`package-executor publish {project}` (or `package-executor run --full-scan`)"
         )),
     };
@@ -308,24 +358,25 @@ pub async fn verify(cli: &Cli, project: Option<&str>, json: bool) -> anyhow::Res
 
 #[cfg(test)]
 mod tests {
-    use super::pending_lines;
+    use super::{Standing, pending_lines};
 
     #[test]
     fn explain_says_whether_a_run_will_look_at_the_project() {
-        let (line, next) = pending_lines("p", Some(7), false, false);
+        let (line, next) = pending_lines("p", Some(7), Standing::Buildable);
         assert!(line.starts_with("marked (version 7)"), "{line}");
+        assert!(line.ends_with("builds it"), "{line}");
         assert_eq!(
             next.as_deref(),
             Some("`package-executor publish p` (or wait for the next run)")
         );
-        let (line, next) = pending_lines("p", None, true, false);
+        let (line, next) = pending_lines("p", None, Standing::Current);
         assert!(line.starts_with("not marked: nothing changed"), "{line}");
         assert_eq!(next, None);
-        let (line, next) = pending_lines("p", None, false, true);
+        let (line, next) = pending_lines("p", None, Standing::Rejected);
         assert!(line.contains("rejection stands"), "{line}");
         assert_eq!(next, None);
         // A lost mark: only a full scan or a publish builds it.
-        let (line, next) = pending_lines("p", None, false, false);
+        let (line, next) = pending_lines("p", None, Standing::Buildable);
         assert!(
             line.contains("--full-scan") && line.contains("skips it"),
             "{line}"
@@ -335,8 +386,19 @@ mod tests {
             Some("`package-executor publish p` (or `package-executor run --full-scan`)")
         );
         // Marked and rejected (the packages changed again): the run looks, no step to take.
-        let (line, next) = pending_lines("p", Some(9), false, true);
+        let (line, next) = pending_lines("p", Some(9), Standing::Rejected);
         assert!(line.starts_with("marked"), "{line}");
         assert_eq!(next, None);
+    }
+
+    #[test]
+    fn explain_says_a_missing_revision_is_waited_for_not_a_verdict() {
+        // The run that met it cleared the mark; the revision's arrival marks it again.
+        let (line, next) = pending_lines("p", None, Standing::AwaitingRevision);
+        assert!(line.contains("storing the revision marks it"), "{line}");
+        assert!(!line.contains("stands") && !line.contains("lost"), "{line}");
+        assert!(next.is_some_and(|n| n.contains("materialize the missing revision")));
+        let (line, _) = pending_lines("p", Some(3), Standing::AwaitingRevision);
+        assert!(line.contains("revision-missing while"), "{line}");
     }
 }

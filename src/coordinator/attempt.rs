@@ -141,18 +141,24 @@ async fn attempt_in(
             if let Some((reason, detail)) = drift(&first, &second) {
                 return Ok((Step::Retry(reason, detail), false));
             }
-            answered(
-                limit,
-                a.record_rejection(project_id, vector_digest.as_str(), &rejection),
-            )
-            .await?;
-            clear(a, project_id, mark, limit).await?;
+            // A verdict on the vector's content stands for the vector; one on a revision row
+            // (not stored yet, or not the pinned bytes) is reported, and the mark it observed is
+            // cleared all the same: storing the row marks the project again.
+            let recorded = rejection.recorded;
+            if recorded {
+                answered(
+                    limit,
+                    a.record_rejection(project_id, vector_digest.as_str(), &rejection),
+                )
+                .await?;
+            }
+            let cleared = clear(a, project_id, mark, limit).await?;
             return Ok((
                 Step::Done(Outcome::Rejected {
                     code: rejection.code.as_str().to_owned(),
                     detail: rejection.detail,
                 }),
-                true,
+                recorded || cleared,
             ));
         }
     };

@@ -7,6 +7,7 @@ mod error;
 pub mod migrate;
 mod primary;
 mod queries;
+mod redact;
 pub mod sql;
 mod steps;
 mod tls;
@@ -22,7 +23,8 @@ pub(crate) use attempt::on_conn;
 pub use attempt::{Attempt, InsertOutcome, RevisionBytes, Scope};
 pub use error::StoreError;
 use primary::PgTarget;
-pub use primary::split_hosts;
+pub use primary::{Hosts, SessionAttrs, split_hosts};
+pub use redact::redact;
 pub use steps::{Appending, Opening, Replay};
 /// The PostgreSQL pending-project query text (for benchmarks and EXPLAIN).
 pub const PENDING_PAGE_SQL: &str = sql::PENDING_PAGE_PG;
@@ -462,20 +464,6 @@ impl Store {
                 "a database connection did not close within {CLOSE_TIMEOUT:?}; leaving it to the exit"
             );
         }
-    }
-}
-
-/// A URL with any password replaced, for messages.
-pub fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let userinfo = &url[scheme + 3..at];
-            match userinfo.split_once(':') {
-                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
-                None => url.to_owned(),
-            }
-        }
-        _ => url.to_owned(),
     }
 }
 

@@ -18,18 +18,70 @@ use super::StoreError;
 pub struct PgTarget {
     current: Arc<RwLock<PgPool>>,
     hosts: Arc<Vec<PgConnectOptions>>,
-    require_primary: bool,
+    attrs: Option<SessionAttrs>,
     max_connections: u32,
     acquire_timeout: Duration,
     failover_timeout: Duration,
 }
 
+/// What a host must be for the executor to use it: libpq's `target_session_attrs`, of which
+/// the executor takes the values that can write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SessionAttrs {
+    /// `any`: whatever answers.
+    Any,
+    /// `read-write` (the executor's default with several hosts): a server that is not in
+    /// recovery and whose `default_transaction_read_only` is off.
+    ReadWrite,
+    /// `primary`: a server that is not in recovery.
+    Primary,
+}
+
+impl SessionAttrs {
+    /// Parses a value as libpq does: every value libpq knows is taken or refused with the
+    /// reason, an unknown one is refused (libpq refuses it too; a typo must not mean "primary").
+    pub fn parse(value: &str) -> Result<Self, StoreError> {
+        match value {
+            "any" => Ok(Self::Any),
+            "read-write" => Ok(Self::ReadWrite),
+            "primary" => Ok(Self::Primary),
+            "read-only" | "standby" | "prefer-standby" => Err(StoreError::Config(format!(
+                "target_session_attrs={value} asks for a read-only server or a standby, but \
+                 package-executor writes snapshots and proves currency on the primary; use \
+                 read-write (the default), primary, or any"
+            ))),
+            other => Err(StoreError::Config(format!(
+                "unknown target_session_attrs value {other:?}; libpq knows any, read-write, \
+                 read-only, primary, standby and prefer-standby, and package-executor takes \
+                 any, read-write or primary: correct DATABASE_URL or PGTARGETSESSIONATTRS"
+            ))),
+        }
+    }
+}
+
+/// The hosts of a URL, and what each must be.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hosts {
+    /// One URL per host, without `target_session_attrs`.
+    pub urls: Vec<String>,
+    /// What a host must be, when that is asked (the URL's `target_session_attrs`, else
+    /// `PGTARGETSESSIONATTRS`), or [`SessionAttrs::ReadWrite`] when several hosts are named.
+    /// `None`: a single host, used as it is.
+    pub attrs: Option<SessionAttrs>,
+}
+
 /// Splits `postgres://user@h1:p1,h2:p2/db?…` into one URL per host, dropping
-/// `target_session_attrs` (handled here); returns whether a read-write primary is required.
-pub fn split_hosts(url: &str) -> (Vec<String>, bool) {
+/// `target_session_attrs` (handled here; `env` gives `PGTARGETSESSIONATTRS` when the URL does
+/// not set it, as libpq reads it).
+pub fn split_hosts(url: &str, env: impl Fn(&str) -> Option<String>) -> Result<Hosts, StoreError> {
     let (scheme, rest) = match url.split_once("://") {
         Some(parts) => parts,
-        None => return (vec![url.to_owned()], true),
+        None => {
+            return Ok(Hosts {
+                urls: vec![url.to_owned()],
+                attrs: None,
+            });
+        }
     };
     let (path_start, _) = rest
         .char_indices()
@@ -41,46 +93,56 @@ pub fn split_hosts(url: &str) -> (Vec<String>, bool) {
         None => ("", authority),
     };
     let (path, query) = tail.split_once('?').unwrap_or((tail, ""));
-    let mut require_primary = true;
-    let kept: Vec<&str> = query
-        .split('&')
-        .filter(|kv| !kv.is_empty())
-        .filter(|kv| match kv.split_once('=') {
-            Some(("target_session_attrs", v)) => {
-                require_primary = v != "any";
-                false
-            }
-            _ => true,
-        })
-        .collect();
+    let mut asked = None;
+    let mut kept = Vec::new();
+    for kv in query.split('&').filter(|kv| !kv.is_empty()) {
+        match kv.split_once('=') {
+            Some(("target_session_attrs", v)) => asked = Some(SessionAttrs::parse(v)?),
+            _ => kept.push(kv),
+        }
+    }
+    if asked.is_none()
+        && let Some(v) = env("PGTARGETSESSIONATTRS").filter(|v| !v.is_empty())
+    {
+        asked = Some(SessionAttrs::parse(&v)?);
+    }
     let query = if kept.is_empty() {
         String::new()
     } else {
         format!("?{}", kept.join("&"))
     };
-    let urls = hosts
+    let urls: Vec<String> = hosts
         .split(',')
         .map(|h| format!("{scheme}://{userinfo}{h}{path}{query}"))
         .collect();
-    (urls, require_primary)
+    let attrs = asked.or((urls.len() > 1).then_some(SessionAttrs::ReadWrite));
+    Ok(Hosts { urls, attrs })
 }
 
 /// Whether a host accepts the connections the executor needs; `Err` says why not, so that a
 /// run that finds no host can say what it last heard (a TLS failure, say) instead of only
 /// "none answered".
-async fn is_usable(opts: &PgConnectOptions, require_primary: bool) -> Result<(), String> {
+async fn is_usable(opts: &PgConnectOptions, attrs: Option<SessionAttrs>) -> Result<(), String> {
     let probe = async {
         let mut conn = opts.connect().await.map_err(|e| e.to_string())?;
-        let row = sqlx::query("SELECT pg_is_in_recovery() AS standby")
-            .fetch_one(&mut conn)
-            .await
-            .map_err(|e| e.to_string())?;
+        let row = sqlx::query(
+            "SELECT pg_is_in_recovery() AS standby, \
+             current_setting('default_transaction_read_only') = 'on' AS read_only",
+        )
+        .fetch_one(&mut conn)
+        .await
+        .map_err(|e| e.to_string())?;
         let standby: bool = row.try_get("standby").map_err(|e| e.to_string())?;
+        let read_only: bool = row.try_get("read_only").map_err(|e| e.to_string())?;
         conn.close().await.ok();
-        if require_primary && standby {
-            Err("a standby (read-only)".to_owned())
-        } else {
-            Ok(())
+        match attrs {
+            Some(SessionAttrs::ReadWrite | SessionAttrs::Primary) if standby => {
+                Err("a standby (read-only)".to_owned())
+            }
+            Some(SessionAttrs::ReadWrite) if read_only => {
+                Err("read-only (default_transaction_read_only is on)".to_owned())
+            }
+            _ => Ok(()),
         }
     };
     tokio::time::timeout(Duration::from_secs(3), probe)
@@ -96,7 +158,7 @@ impl PgTarget {
         max_connections: u32,
         acquire_timeout: Duration,
     ) -> Result<Self, StoreError> {
-        let (urls, require_primary) = split_hosts(url);
+        let Hosts { urls, attrs } = split_hosts(url, |k| std::env::var(k).ok())?;
         let hosts = urls
             .iter()
             .map(|u| {
@@ -121,12 +183,12 @@ impl PgTarget {
         let target = Self {
             current: Arc::new(RwLock::new(pool)),
             hosts: Arc::new(hosts),
-            require_primary,
+            attrs,
             max_connections,
             acquire_timeout: per_try,
             failover_timeout: acquire_timeout,
         };
-        if multi {
+        if multi || attrs.is_some() {
             target.follow_primary().await?;
         } else {
             // Fail fast (exit 8) when the only host is unreachable.
@@ -171,7 +233,7 @@ impl PgTarget {
                 self.acquire_timeout,
             ))),
             hosts: Arc::clone(&self.hosts),
-            require_primary: self.require_primary,
+            attrs: self.attrs,
             max_connections,
             acquire_timeout: self.acquire_timeout,
             failover_timeout: self.failover_timeout,
@@ -196,7 +258,7 @@ impl PgTarget {
         loop {
             last.clear();
             for opts in self.hosts.iter() {
-                if let Err(why) = is_usable(opts, self.require_primary).await {
+                if let Err(why) = is_usable(opts, self.attrs).await {
                     last.push(format!("{}:{}: {why}", opts.get_host(), opts.get_port()));
                 } else {
                     let pool = lazy_pool(opts.clone(), self.max_connections, self.acquire_timeout);
@@ -220,10 +282,10 @@ impl PgTarget {
                 return Err(StoreError::Unavailable(format!(
                     "none of the {} hosts accepts {} connections: {heard}{hint}",
                     self.hosts.len(),
-                    if self.require_primary {
-                        "read-write"
-                    } else {
-                        "any"
+                    match self.attrs {
+                        Some(SessionAttrs::ReadWrite) => "read-write",
+                        Some(SessionAttrs::Primary) => "primary",
+                        Some(SessionAttrs::Any) | None => "any",
                     }
                 )));
             }
@@ -248,23 +310,57 @@ fn lazy_pool(opts: PgConnectOptions, max_connections: u32, acquire_timeout: Dura
 mod tests {
     use super::*;
 
+    fn split(url: &str) -> Hosts {
+        split_hosts(url, |_| None).unwrap()
+    }
+
     #[test]
     fn splits_multi_host_urls() {
-        let (urls, rw) = split_hosts(
+        let hosts = split(
             "postgres://u:p@a:5432,b:5433/db?target_session_attrs=read-write&sslmode=disable",
         );
-        assert!(rw);
+        assert_eq!(hosts.attrs, Some(SessionAttrs::ReadWrite));
         assert_eq!(
-            urls,
+            hosts.urls,
             vec![
                 "postgres://u:p@a:5432/db?sslmode=disable",
                 "postgres://u:p@b:5433/db?sslmode=disable"
             ]
         );
-        let (urls, rw) = split_hosts("postgresql://h/db?target_session_attrs=any");
-        assert!(!rw);
-        assert_eq!(urls, vec!["postgresql://h/db"]);
-        let (urls, _) = split_hosts("postgres://a,b");
-        assert_eq!(urls, vec!["postgres://a", "postgres://b"]);
+        let hosts = split("postgresql://h/db?target_session_attrs=any");
+        assert_eq!(hosts.attrs, Some(SessionAttrs::Any));
+        assert_eq!(hosts.urls, vec!["postgresql://h/db"]);
+        let hosts = split("postgres://a,b");
+        assert_eq!(hosts.urls, vec!["postgres://a", "postgres://b"]);
+        assert_eq!(hosts.attrs, Some(SessionAttrs::ReadWrite), "the default");
+        assert_eq!(split("postgres://a/db").attrs, None, "one host, used as it is");
+        assert_eq!(
+            split("postgres://a/db?target_session_attrs=primary").attrs,
+            Some(SessionAttrs::Primary)
+        );
+    }
+
+    #[test]
+    fn target_session_attrs_is_strict() {
+        for bad in ["read-wrte", "", "READ-WRITE", "read-only", "standby", "prefer-standby"] {
+            let url = format!("postgres://a,b/db?target_session_attrs={bad}");
+            let err = split_hosts(&url, |_| None).unwrap_err();
+            assert!(matches!(err, StoreError::Config(_)), "{bad}: {err}");
+            assert!(err.to_string().contains("target_session_attrs"), "{err}");
+        }
+        // The environment, as libpq reads it, when the URL does not say.
+        let env = |k: &str| (k == "PGTARGETSESSIONATTRS").then(|| "read-wrte".to_owned());
+        assert!(split_hosts("postgres://a/db", env).is_err());
+        let env = |k: &str| (k == "PGTARGETSESSIONATTRS").then(|| "any".to_owned());
+        assert_eq!(
+            split_hosts("postgres://a,b/db", env).unwrap().attrs,
+            Some(SessionAttrs::Any)
+        );
+        let url = "postgres://a/db?target_session_attrs=primary";
+        assert_eq!(
+            split_hosts(url, env).unwrap().attrs,
+            Some(SessionAttrs::Primary),
+            "the URL wins"
+        );
     }
 }

@@ -26,6 +26,7 @@ use super::attempt::{CLAIM_CLASS, claim_key, head_of};
 use super::sql;
 use super::{Attempt, Dialect, ObservedHead, RecordedRejection, StoreError};
 use crate::planner::{ActiveHead, Snapshot, StoredLength};
+use crate::rejection::RejectionCode;
 
 /// What opening an attempt found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -116,11 +117,12 @@ impl Attempt<'_> {
                 let vectors: Vec<String> = row.try_get("rejected_vectors")?;
                 let reasons: Vec<String> = row.try_get("rejected_reasons")?;
                 let details: Vec<String> = row.try_get("rejected_details")?;
-                let rejections = vectors
-                    .into_iter()
-                    .zip(reasons.into_iter().zip(details))
-                    .map(|(v, (reason, detail))| (v, RecordedRejection { reason, detail }))
-                    .collect();
+                let rejections = standing(
+                    vectors
+                        .into_iter()
+                        .zip(reasons.into_iter().zip(details))
+                        .map(|(v, (reason, detail))| (v, reason, detail)),
+                );
                 let mark: Option<i64> = row.try_get("mark_version")?;
                 let current = if row.try_get("has_snapshot")? {
                     sqlx::query_scalar(sql::CURRENT_DIGEST_PG)
@@ -172,6 +174,16 @@ impl Attempt<'_> {
         }
     }
 
+    /// The live heads with the stored lengths of their revisions (absent for a revision that is
+    /// not stored), without claiming the project: what `explain` reads.
+    pub async fn observe_revisions(
+        &mut self,
+        project_id: &str,
+    ) -> Result<(Vec<ObservedHead>, HashMap<String, StoredLength>), StoreError> {
+        let (heads, lengths, _) = self.observe_with_lengths(project_id, None).await?;
+        Ok((heads, lengths))
+    }
+
     /// The first observation with the stored lengths of the heads' revisions, and their bytes
     /// when they together hold at most `inline` bytes, in one query.
     async fn observe_with_lengths(
@@ -200,7 +212,7 @@ impl Attempt<'_> {
         })
     }
 
-    /// Every rejection recorded for a project, by active vector digest.
+    /// Every rejection recorded for a project that stands, by active vector digest.
     pub async fn project_rejections(
         &mut self,
         project_id: &str,
@@ -210,17 +222,17 @@ impl Attempt<'_> {
                 .bind(project_id)
                 .fetch_all(c)
                 .await?;
-            rows.iter()
+            let rows = rows
+                .iter()
                 .map(|r| {
                     Ok((
                         r.try_get("active_vector_digest")?,
-                        RecordedRejection {
-                            reason: r.try_get("reason")?,
-                            detail: r.try_get("detail")?,
-                        },
+                        r.try_get("reason")?,
+                        r.try_get("detail")?,
                     ))
                 })
-                .collect()
+                .collect::<Result<Vec<_>, StoreError>>()?;
+            Ok(standing(rows))
         })
     }
 
@@ -372,10 +384,19 @@ fn rejections_from_json(text: &str) -> Result<HashMap<String, RecordedRejection>
             "unreadable rejections from the open statement: {e}; this is a bug, please report it"
         ))
     })?;
-    Ok(rows
-        .into_iter()
+    Ok(standing(rows))
+}
+
+/// The recorded rejections that stand, by active vector digest: a verdict on a revision row
+/// that an older build recorded (`revision-missing`, `revision-digest-mismatch`) never skips a
+/// build nor explains one, though its row stays as history ([`RejectionCode::stands`]).
+fn standing(
+    rows: impl IntoIterator<Item = (String, String, String)>,
+) -> HashMap<String, RecordedRejection> {
+    rows.into_iter()
+        .filter(|(_, reason, _)| RejectionCode::stands(reason))
         .map(|(vector, reason, detail)| (vector, RecordedRejection { reason, detail }))
-        .collect())
+        .collect()
 }
 
 /// Vector order: byte order of package names, which are unique within a project. The arrays
