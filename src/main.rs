@@ -14,10 +14,13 @@ fn init_logging(format: LogFormat) {
         LogFormat::Auto => !std::io::stderr().is_terminal(),
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("PACKAGE_EXECUTOR_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
+        // sqlx's URL parser logs an unknown parameter with its value; a value may be a secret.
+        .unwrap_or_else(|_| {
+            tracing_subscriber::EnvFilter::new("info,sqlx=warn,sqlx_postgres::options=error")
+        });
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(commands::LogWriter);
     if json {
         builder
             .json()

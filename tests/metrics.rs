@@ -131,27 +131,71 @@ async fn exe(url: &str, args: &[&str]) -> Output {
         .unwrap()
 }
 
-/// Every sample, keyed by metric name and its labels (sorted), parsed strictly.
+/// Every sample, keyed by metric name and its labels (sorted), parsed strictly as the text
+/// exposition format our writer uses: each family has HELP text and a `gauge` TYPE before its
+/// samples, label values are quoted with `\\`, `\"` and `\n` escapes, values are numbers.
 fn samples(text: &str) -> BTreeMap<String, f64> {
-    let lines = text.lines().map(|l| Ok(l.to_owned()));
-    let scrape = prometheus_parse::Scrape::parse(lines).expect("valid text format");
-    for (name, doc) in &scrape.docs {
-        assert!(!doc.is_empty(), "{name} has HELP text");
+    let mut typed = BTreeMap::new();
+    let mut out = BTreeMap::new();
+    for line in text.lines() {
+        if let Some(help) = line.strip_prefix("# HELP ") {
+            let (name, doc) = help.split_once(' ').expect("HELP name text");
+            assert!(!doc.trim().is_empty(), "{name} has HELP text");
+            continue;
+        }
+        if let Some(ty) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = ty.split_once(' ').expect("TYPE name kind");
+            assert_eq!(kind, "gauge", "{name}: not a gauge");
+            typed.insert(name.to_owned(), ());
+            continue;
+        }
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let (series, value) = line.rsplit_once(' ').expect("a sample: series value");
+        let value: f64 = value.parse().unwrap_or_else(|_| panic!("a number: {line}"));
+        let (name, labels) = match series.split_once('{') {
+            Some((name, rest)) => (name, labels_of(rest.strip_suffix('}').expect("}"))),
+            None => (series, Vec::new()),
+        };
+        assert!(
+            !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'),
+            "metric name {name:?}"
+        );
+        assert!(typed.contains_key(name), "{name}: sample before its TYPE");
+        let mut labels: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        labels.sort();
+        out.insert(format!("{name}{{{}}}", labels.join(",")), value);
     }
-    scrape
-        .samples
-        .iter()
-        .map(|s| {
-            let mut labels: Vec<String> =
-                s.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
-            labels.sort();
-            let value = match s.value {
-                prometheus_parse::Value::Gauge(v) | prometheus_parse::Value::Untyped(v) => v,
-                ref other => panic!("{}: not a gauge: {other:?}", s.metric),
-            };
-            (format!("{}{{{}}}", s.metric, labels.join(",")), value)
-        })
-        .collect()
+    out
+}
+
+/// `k="v",…` with the exposition format's escapes undone.
+fn labels_of(text: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut chars = text.chars().peekable();
+    while chars.peek().is_some() {
+        let key: String = chars.by_ref().take_while(|&c| c != '=').collect();
+        assert_eq!(chars.next(), Some('"'), "label {key} is quoted");
+        let mut value = String::new();
+        loop {
+            match chars.next().expect("a closing quote") {
+                '"' => break,
+                '\\' => match chars.next() {
+                    Some('n') => value.push('\n'),
+                    Some(c @ ('\\' | '"')) => value.push(c),
+                    other => panic!("bad escape {other:?} in {text}"),
+                },
+                c => value.push(c),
+            }
+        }
+        match chars.next() {
+            None | Some(',') => {}
+            other => panic!("unexpected {other:?} after label {key}"),
+        }
+        out.push((key, value));
+    }
+    out
 }
 
 /// The samples a summary must produce (timestamps checked separately).

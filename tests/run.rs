@@ -94,13 +94,24 @@ async fn every_rejection_code(store: Store) {
     for code in &all {
         assert_eq!(current_digest(&store, &format!("r-{code}")).await, None);
     }
-    // Rejections are recorded once per vector; the next run reads them without re-reading revisions.
+    // Rejections of content are recorded once per vector; the next run reads them without
+    // re-reading revisions. The three verdicts on a revision row (missing, bytes that are not
+    // the digest's, a byte_length that is not the stored length) are reported, never recorded.
     let before = scalar(
         &store,
         "SELECT COUNT(*) FROM ql3.tool_definition_snapshot_rejections",
     )
     .await;
-    assert_eq!(before, 16);
+    assert_eq!(before, 13);
+    assert_eq!(
+        scalar(
+            &store,
+            "SELECT COUNT(*) FROM ql3.tool_definition_snapshot_rejections WHERE project_id IN \
+             ('r-revision-missing', 'r-revision-digest-mismatch', 'r-source-invalid')"
+        )
+        .await,
+        0
+    );
     let again = run_in_process(&store, settings()).await;
     assert!(
         again.values().all(|o| o.name() == "rejected"),

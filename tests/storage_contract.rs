@@ -1579,21 +1579,35 @@ async fn a_late_revision_is_built(s: Stores) {
     assert_eq!(summary.projects_scanned, 1, "{summary:?}");
     assert_eq!(summary.rejected.get("revision-missing"), Some(&1));
     assert_eq!(recorded_rejections(&s.admin, "revision-missing").await, 0);
-    assert_eq!(marked(&s.exec).await, Vec::<String>::new(), "the mark it saw");
+    assert_eq!(
+        marked(&s.exec).await,
+        Vec::<String>::new(),
+        "the mark it saw"
+    );
     let said = explain_late(&s).await;
     assert!(said.contains("its revision is not stored"), "{said}");
     assert!(said.contains("storing the revision marks it"), "{said}");
-    assert!(!said.contains("rejected") && !said.contains("lost"), "{said}");
+    assert!(
+        !said.contains("rejected") && !said.contains("lost"),
+        "{said}"
+    );
 
     store_revision_by_sql(&s.admin, &revision).await;
     assert_eq!(marked(&s.exec).await, ["late"], "the arrival marks it");
     let said = explain_late(&s).await;
     assert!(!said.contains("not stored"), "{said}");
-    assert!(said.contains("the next `run` looks at it and builds it"), "{said}");
+    assert!(
+        said.contains("the next `run` looks at it and builds it"),
+        "{said}"
+    );
 
     let summary = run_all(&s.exec, false).await;
     assert_eq!(
-        (summary.projects_scanned, summary.published, summary.exit_code),
+        (
+            summary.projects_scanned,
+            summary.published,
+            summary.exit_code
+        ),
         (1, 1, 0),
         "{summary:?}"
     );
@@ -1634,9 +1648,16 @@ async fn a_revision_missing_row_of_an_older_build_never_stands(s: Stores) {
 
     store_revision_by_sql(&s.admin, &revision).await;
     let said = explain_late(&s).await;
-    assert!(!said.contains("rejected") && !said.contains("not stored"), "{said}");
+    assert!(
+        !said.contains("rejected") && !said.contains("not stored"),
+        "{said}"
+    );
     let summary = run_all(&s.exec, false).await;
-    assert_eq!((summary.published, summary.exit_code), (1, 0), "{summary:?}");
+    assert_eq!(
+        (summary.published, summary.exit_code),
+        (1, 0),
+        "{summary:?}"
+    );
     assert_eq!(
         current_of(&s.exec, "late").await,
         built_on_time(&revision).await
@@ -1657,13 +1678,21 @@ async fn a_late_revision_rejected_for_its_content_stands(s: Stores) {
     assert_eq!(summary.rejected.get("revision-missing"), Some(&1));
     store_revision_by_sql(&s.admin, &revision).await;
     let summary = run_all(&s.exec, false).await;
-    assert_eq!(summary.rejected.get("forbidden-field"), Some(&1), "{summary:?}");
+    assert_eq!(
+        summary.rejected.get("forbidden-field"),
+        Some(&1),
+        "{summary:?}"
+    );
     assert_eq!(recorded_rejections(&s.admin, "forbidden-field").await, 1);
     let said = explain_late(&s).await;
     assert!(said.contains("rejected       forbidden-field"), "{said}");
     assert!(said.contains("the rejection stands"), "{said}");
     let summary = run_all(&s.exec, true).await;
-    assert_eq!(summary.rejected.get("forbidden-field"), Some(&1), "{summary:?}");
+    assert_eq!(
+        summary.rejected.get("forbidden-field"),
+        Some(&1),
+        "{summary:?}"
+    );
     assert_eq!(
         scalar(
             &s.admin,

@@ -6,25 +6,22 @@
 //! (a pod) an `import progress` log line every 10 s says the same. The import commits only at
 //! the end, so "read" is not "written": the bar reaches the end a moment before the commit.
 
-use std::io::Read;
-use std::path::Path;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-
-use super::meter::{Meter, percent};
+use super::meter::{Counter, Meter, percent};
 use crate::cli::Cli;
 use crate::sources::{self, ImportReport};
+use std::io::Read;
+use std::path::Path;
 
 /// A reader that counts the bytes read through it.
 struct Counted<R> {
     inner: R,
-    read: Arc<AtomicU64>,
+    read: Counter,
 }
 
 impl<R: Read> Read for Counted<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         let n = self.inner.read(buf)?;
-        self.read.fetch_add(n as u64, Ordering::Relaxed);
+        self.read.add(n as u64);
         Ok(n)
     }
 }
@@ -81,7 +78,7 @@ mod tests {
 
     #[test]
     fn the_reader_counts_what_passes_through_it() {
-        let read = Arc::new(AtomicU64::new(0));
+        let read = Counter::default();
         let mut r = Counted {
             inner: std::io::Cursor::new(vec![7u8; 10_000]),
             read: read.clone(),
@@ -89,6 +86,6 @@ mod tests {
         let mut out = Vec::new();
         r.read_to_end(&mut out).unwrap();
         assert_eq!(out.len(), 10_000);
-        assert_eq!(read.load(Ordering::Relaxed), 10_000);
+        assert_eq!(read.get(), 10_000);
     }
 }

@@ -9,11 +9,35 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-/// A running count and how it is shown; dropping it stops the display.
-pub(super) struct Meter {
+/// A count that readers on any thread add to; it moves the bar, when there is one, as it goes.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Counter {
     count: Arc<AtomicU64>,
     bar: Option<ProgressBar>,
-    ticking: tokio::task::JoinHandle<()>,
+}
+
+impl Counter {
+    /// Adds `n`.
+    pub(super) fn add(&self, n: u64) {
+        self.count.fetch_add(n, Ordering::Relaxed);
+        if let Some(bar) = &self.bar {
+            bar.inc(n);
+        }
+    }
+
+    /// The count so far.
+    pub(super) fn get(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+}
+
+/// A running count and how it is shown; dropping it stops the display.
+pub(super) struct Meter {
+    counter: Counter,
+    /// Off a terminal: the 10-second log line.
+    ticking: Option<tokio::task::JoinHandle<()>>,
+    /// On a terminal: log lines go through the bar while it is shown.
+    _shown: Option<super::terminal::Shown>,
 }
 
 impl Meter {
@@ -25,7 +49,6 @@ impl Meter {
         template: &str,
         log: impl Fn(u64) + Send + 'static,
     ) -> Self {
-        let count = Arc::new(AtomicU64::new(0));
         if terminal {
             let bar = total.map_or_else(ProgressBar::new_spinner, ProgressBar::new);
             bar.set_style(
@@ -33,47 +56,41 @@ impl Meter {
                     .unwrap_or_else(|_| ProgressStyle::default_spinner()),
             );
             bar.enable_steady_tick(Duration::from_millis(120));
-            let ticking = {
-                let (bar, count) = (bar.clone(), count.clone());
-                tokio::spawn(async move {
-                    loop {
-                        bar.set_position(count.load(Ordering::Relaxed));
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
-                })
-            };
+            let shown = super::terminal::show(&bar);
             return Self {
-                count,
-                bar: Some(bar),
-                ticking,
+                counter: Counter {
+                    count: Arc::default(),
+                    bar: Some(bar),
+                },
+                ticking: None,
+                _shown: Some(shown),
             };
         }
+        let counter = Counter::default();
         let ticking = {
-            let count = count.clone();
-            super::progress::every(super::progress::LOG_PERIOD, move || {
-                log(count.load(Ordering::Relaxed));
-            })
+            let counter = counter.clone();
+            super::progress::every(super::progress::LOG_PERIOD, move || log(counter.get()))
         };
         Self {
-            count,
-            bar: None,
-            ticking,
+            counter,
+            ticking: Some(ticking),
+            _shown: None,
         }
     }
 
     /// The count, for a reader on another thread to add to.
-    pub(super) fn count(&self) -> Arc<AtomicU64> {
-        self.count.clone()
+    pub(super) fn count(&self) -> Counter {
+        self.counter.clone()
     }
 
     /// Adds `n` to the count.
     pub(super) fn add(&self, n: u64) {
-        self.count.fetch_add(n, Ordering::Relaxed);
+        self.counter.add(n);
     }
 
     /// Runs `f` (which prints) with the bar hidden, so that its lines are not drawn over.
     pub(super) fn suspend<T>(&self, f: impl FnOnce() -> T) -> T {
-        match &self.bar {
+        match &self.counter.bar {
             Some(bar) => bar.suspend(f),
             None => f(),
         }
@@ -82,8 +99,10 @@ impl Meter {
 
 impl Drop for Meter {
     fn drop(&mut self) {
-        self.ticking.abort();
-        if let Some(bar) = &self.bar {
+        if let Some(ticking) = &self.ticking {
+            ticking.abort();
+        }
+        if let Some(bar) = &self.counter.bar {
             bar.finish_and_clear();
         }
     }
@@ -101,6 +120,19 @@ pub(super) fn percent(done: u64, total: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_counter_moves_its_bar_as_it_is_added_to() {
+        let bar = ProgressBar::hidden();
+        let counter = Counter {
+            count: Arc::default(),
+            bar: Some(bar.clone()),
+        };
+        let reader = counter.clone();
+        std::thread::spawn(move || reader.add(40)).join().unwrap();
+        counter.add(2);
+        assert_eq!((counter.get(), bar.position()), (42, 42));
+    }
 
     #[test]
     fn percentages_are_whole_and_bounded() {
@@ -124,7 +156,7 @@ mod tests {
         assert!(rx.try_recv().is_err(), "logged before 10 s");
         // The clock is paused: a receive waits by moving it to the next tick.
         assert_eq!(rx.recv().await, Some(5));
-        meter.count().fetch_add(2, Ordering::Relaxed);
+        meter.count().add(2);
         assert_eq!(rx.recv().await, Some(7));
         drop(meter);
         // Dropped: the ticker stops, and with it the only sender.

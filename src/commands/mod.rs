@@ -6,8 +6,11 @@ mod inspect;
 mod meter;
 mod progress;
 mod run;
+mod terminal;
 mod tools;
 mod trigger;
+
+pub use terminal::LogWriter;
 
 use anyhow::Context as _;
 

@@ -45,6 +45,7 @@ async fn run_coordinator(
                 .unwrap_or_else(|_| ProgressStyle::default_spinner()),
         );
         bar.enable_steady_tick(Duration::from_millis(120));
+        let shown = super::terminal::show(&bar);
         let progress = Progress {
             bar: bar.clone(),
             counts: Mutex::new(RunSummary::new(settings.shard)),
@@ -52,6 +53,7 @@ async fn run_coordinator(
         let report = Coordinator::new(store.clone(), settings, stop, &progress)
             .run()
             .await;
+        drop(shown);
         bar.finish_and_clear();
         report
     } else {

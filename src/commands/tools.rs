@@ -3,7 +3,10 @@
 use std::io::{Read, Write};
 use std::path::Path;
 
-use crate::canonical;
+use crate::{canonical, canonical_text};
+
+/// How deep a document `canonicalize` takes may nest.
+const MAX_DEPTH: usize = 512;
 use crate::cli::IdentityCommand;
 use crate::identity::ToolIdentity;
 use crate::model::Digest;
@@ -28,8 +31,14 @@ pub fn canonicalize(file: Option<&Path>, digest: bool) -> anyhow::Result<i32> {
             b
         }
     };
-    let value = match canonical::parse_strict(&input, 512) {
-        Ok(v) => v,
+    // Straight from the text, in one pass: two to three times the throughput of building a
+    // `serde_json::Value` first, with the same strictness (the property tests and the fuzz
+    // target hold the two paths to the same bytes and the same errors).
+    let canonical = std::str::from_utf8(&input)
+        .map_err(|e| canonical::JsonError::NotUtf8(e.to_string()))
+        .and_then(|text| canonical_text::to_vec(text, MAX_DEPTH));
+    let bytes = match canonical {
+        Ok(b) => b,
         Err(e) => {
             eprintln!(
                 "error: not acceptable JSON: {e}; fix the document (duplicate member names and lone surrogates are refused)"
@@ -37,7 +46,6 @@ pub fn canonicalize(file: Option<&Path>, digest: bool) -> anyhow::Result<i32> {
             return Ok(exit::ERROR);
         }
     };
-    let bytes = canonical::to_vec(&value);
     let mut out = std::io::stdout().lock();
     if digest {
         writeln!(out, "{}", Digest::of(&bytes))?;

@@ -1,39 +1,31 @@
 //! Cooperative shutdown: SIGTERM, SIGINT or `--deadline` stop new work; in-flight transactions
 //! finish or roll back on their own.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 
-/// A one-way stop flag that tasks can poll or wait on.
+/// A one-way stop flag that tasks can poll or wait on (tokio-util's `CancellationToken`, with
+/// the names the coordinator reads well with).
 #[derive(Debug, Clone, Default)]
 pub struct Stop {
-    inner: Arc<(AtomicBool, Notify)>,
+    token: CancellationToken,
 }
 
 impl Stop {
     /// Sets the flag and wakes every waiter.
     pub fn trigger(&self) {
-        self.inner.0.store(true, Ordering::SeqCst);
-        self.inner.1.notify_waiters();
+        self.token.cancel();
     }
 
     /// Whether stop was requested.
     pub fn is_set(&self) -> bool {
-        self.inner.0.load(Ordering::SeqCst)
+        self.token.is_cancelled()
     }
 
     /// Waits until stop is requested.
     pub async fn wait(&self) {
-        loop {
-            let notified = self.inner.1.notified();
-            if self.is_set() {
-                return;
-            }
-            notified.await;
-        }
+        self.token.cancelled().await;
     }
 
     /// Sleeps for `d`, returning early (false) when stop is requested.

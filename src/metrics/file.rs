@@ -1,10 +1,21 @@
 //! The metrics text for node_exporter's textfile collector, written so that no reader ever sees
 //! a partial file: a temporary file in the same directory, flushed, then renamed over the target.
+//!
+//! The collector's directory is often shared and writable by others, so the temporary file has
+//! a name nobody can predict and is created exclusively (`O_EXCL`: a symlink planted at its path
+//! makes the creation fail and is retried under another name, it is never followed), and the
+//! rename replaces whatever stands at the target, a symlink included, rather than writing
+//! through it.
 
 use std::io::Write;
 use std::path::Path;
 
-/// Writes `text` to `path` atomically (same-directory temporary file, fsync, rename).
+/// What the collector needs: readable by its user, writable by ours alone.
+#[cfg(unix)]
+const MODE: u32 = 0o644;
+
+/// Writes `text` to `path` atomically (unpredictable same-directory temporary file, fsync,
+/// rename).
 pub fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
@@ -14,19 +25,68 @@ pub fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
         .file_name()
         .ok_or_else(|| std::io::Error::other("the metrics file path names no file"))?;
     // The collector reads only `*.prom`; a name it skips keeps a half-written file unseen.
-    let tmp = dir.join(format!(
-        ".{}.{}.tmp",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(text.as_bytes())?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+    let mut tmp = tempfile::Builder::new()
+        .prefix(&format!(".{}.", name.to_string_lossy()))
+        .suffix(".tmp")
+        .tempfile_in(dir)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        tmp.as_file()
+            .set_permissions(std::fs::Permissions::from_mode(MODE))?;
     }
-    result
+    tmp.write_all(text.as_bytes())?;
+    tmp.as_file().sync_all()?;
+    // On failure the temporary file is removed when `tmp` (or the error holding it) drops.
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::write_atomically;
+
+    #[test]
+    #[cfg(unix)]
+    fn a_symlink_at_the_target_is_replaced_not_followed() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let elsewhere = dir.path().join("elsewhere");
+        std::fs::write(&elsewhere, "precious").unwrap();
+        let target = dir.path().join("package_executor.prom");
+        std::os::unix::fs::symlink(&elsewhere, &target).unwrap();
+        write_atomically(&target, "metric 1\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&elsewhere).unwrap(), "precious");
+        let meta = std::fs::symlink_metadata(&target).unwrap();
+        assert!(meta.file_type().is_file(), "the link itself was replaced");
+        assert_eq!(meta.permissions().mode() & 0o777, 0o644);
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "metric 1\n");
+        // Nothing else is left in the directory.
+        let mut names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["elsewhere", "package_executor.prom"]);
+    }
+
+    #[test]
+    #[cfg(unix)]
+    fn symlinks_at_every_predictable_temporary_path_are_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let elsewhere = dir.path().join("elsewhere");
+        std::fs::write(&elsewhere, "precious").unwrap();
+        let target = dir.path().join("m.prom");
+        // The names an older build used, and ones like them: none is written through.
+        for n in [
+            format!(".m.prom.{}.tmp", std::process::id()),
+            ".m.prom.tmp".to_owned(),
+            "m.prom.tmp".to_owned(),
+        ] {
+            std::os::unix::fs::symlink(&elsewhere, dir.path().join(n)).unwrap();
+        }
+        write_atomically(&target, "metric 2\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&elsewhere).unwrap(), "precious");
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "metric 2\n");
+    }
 }

@@ -98,6 +98,15 @@ pub fn split_hosts(url: &str, env: impl Fn(&str) -> Option<String>) -> Result<Ho
     for kv in query.split('&').filter(|kv| !kv.is_empty()) {
         match kv.split_once('=') {
             Some(("target_session_attrs", v)) => asked = Some(SessionAttrs::parse(v)?),
+            // sqlx cannot decrypt a client key, and would log the ignored value in full.
+            Some(("sslpassword", _)) => {
+                return Err(StoreError::Config(
+                    "sslpassword (the passphrase of an encrypted client key) is not supported; \
+                     give the executor an unencrypted key (`openssl pkey -in client.key -out \
+                     client-plain.key`, kept in a Secret) and remove sslpassword from the URL"
+                        .into(),
+                ));
+            }
             _ => kept.push(kv),
         }
     }
@@ -333,7 +342,11 @@ mod tests {
         let hosts = split("postgres://a,b");
         assert_eq!(hosts.urls, vec!["postgres://a", "postgres://b"]);
         assert_eq!(hosts.attrs, Some(SessionAttrs::ReadWrite), "the default");
-        assert_eq!(split("postgres://a/db").attrs, None, "one host, used as it is");
+        assert_eq!(
+            split("postgres://a/db").attrs,
+            None,
+            "one host, used as it is"
+        );
         assert_eq!(
             split("postgres://a/db?target_session_attrs=primary").attrs,
             Some(SessionAttrs::Primary)
@@ -342,7 +355,19 @@ mod tests {
 
     #[test]
     fn target_session_attrs_is_strict() {
-        for bad in ["read-wrte", "", "READ-WRITE", "read-only", "standby", "prefer-standby"] {
+        let url = "postgres://u@a/db?sslpassword=x";
+        assert!(matches!(
+            split_hosts(url, |_| None),
+            Err(StoreError::Config(_))
+        ));
+        for bad in [
+            "read-wrte",
+            "",
+            "READ-WRITE",
+            "read-only",
+            "standby",
+            "prefer-standby",
+        ] {
             let url = format!("postgres://a,b/db?target_session_attrs={bad}");
             let err = split_hosts(&url, |_| None).unwrap_err();
             assert!(matches!(err, StoreError::Config(_)), "{bad}: {err}");

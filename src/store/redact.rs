@@ -86,7 +86,13 @@ fn mask(text: &str, mut ranges: Vec<std::ops::Range<usize>>) -> String {
 /// `+` as a space) and in any case.
 fn is_secret_key(key: &str) -> bool {
     let decoded: String = url::form_urlencoded::parse(key.as_bytes())
-        .map(|(k, v)| if v.is_empty() { k } else { format!("{k}={v}").into() })
+        .map(|(k, v)| {
+            if v.is_empty() {
+                k
+            } else {
+                format!("{k}={v}").into()
+            }
+        })
         .collect();
     let decoded = decoded.trim().to_ascii_lowercase();
     SECRET_KEYS.contains(&decoded.as_str())
@@ -100,26 +106,47 @@ mod tests {
     fn masks_every_form_a_password_takes() {
         let cases = [
             ("postgres://u:s3cret@h/db", "postgres://u:***@h/db"),
-            ("postgres://u@h/db?password=s3cret", "postgres://u@h/db?password=***"),
+            (
+                "postgres://u@h/db?password=s3cret",
+                "postgres://u@h/db?password=***",
+            ),
             (
                 "postgres://u@h/db?sslmode=require&sslpassword=s3cret&x=1",
                 "postgres://u@h/db?sslmode=require&sslpassword=***&x=1",
             ),
-            ("postgres://u@h/db?PassWord=s3cret", "postgres://u@h/db?PassWord=***"),
-            ("postgres://u@h/db?pass%77ord=s3cret", "postgres://u@h/db?pass%77ord=***"),
+            (
+                "postgres://u@h/db?PassWord=s3cret",
+                "postgres://u@h/db?PassWord=***",
+            ),
+            (
+                "postgres://u@h/db?pass%77ord=s3cret",
+                "postgres://u@h/db?pass%77ord=***",
+            ),
             (
                 "postgres://u:s3cret@a:5432,b:5433/db?password=s3cret&target_session_attrs=read-write",
                 "postgres://u:***@a:5432,b:5433/db?password=***&target_session_attrs=read-write",
             ),
-            ("postgres://u:s3cret@a,u:s3cret@b/db", "postgres://u:***@b/db"),
+            (
+                "postgres://u:s3cret@a,u:s3cret@b/db",
+                "postgres://u:***@b/db",
+            ),
             ("postgres://h:5432/db?password=s3@cret", "postgres://h:***"),
-            ("postgres://u@h/db?password=", "postgres://u@h/db?password=***"),
+            (
+                "postgres://u@h/db?password=",
+                "postgres://u@h/db?password=***",
+            ),
             ("postgres://u:s3/cret@h/db", "postgres://u:***@h/db"),
             ("postgres://u:s3?cret@h/db", "postgres://u:***@h/db"),
             ("postgres://u:p@ss@h/db", "postgres://u:***@h/db"),
-            ("host=h password=s3cret user=u", "host=h password=*** user=u"),
+            (
+                "host=h password=s3cret user=u",
+                "host=h password=*** user=u",
+            ),
             ("postgres://h/db", "postgres://h/db"),
-            ("sqlite://package-executor.db", "sqlite://package-executor.db"),
+            (
+                "sqlite://package-executor.db",
+                "sqlite://package-executor.db",
+            ),
             (
                 "postgres://u@h/db?application_name=a@b",
                 "postgres://u@h/db?application_name=a@b",

@@ -1,0 +1,263 @@
+//! A password planted in every form a connection string can carry it (the user part, the
+//! `password` and `sslpassword` parameters, a multi-host URL) never reaches standard output,
+//! standard error, the summary file, the metrics file or the Kubernetes Event, whatever fails:
+//! a refused connection, an unknown host, a missing database, TLS required by the client and
+//! refused by the server, a failed authentication, or nothing (a good run).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "support/db.rs"]
+mod db;
+#[path = "support/pg.rs"]
+mod pg;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// The planted password: the login's real one, so a good run really logs in with it.
+const SECRET: &str = "hunter2sekrit9Q";
+
+/// A stand-in for the API server's Event endpoint: records every request body and answers it
+/// back as the created object (what the executor needs from `POST .../events`).
+async fn event_sink() -> (u16, Arc<Mutex<Vec<String>>>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let bodies = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&bodies);
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut conn, _)) = listener.accept().await else {
+                return;
+            };
+            let seen = Arc::clone(&seen);
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    let n = conn.read(&mut chunk).await.unwrap_or(0);
+                    if n == 0 {
+                        return;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                        continue;
+                    };
+                    let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+                    let length: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .map_or(0, |v| v.trim().parse().unwrap());
+                    if buf.len() < end + 4 + length {
+                        continue;
+                    }
+                    let body = buf[end + 4..end + 4 + length].to_vec();
+                    buf.drain(..end + 4 + length);
+                    seen.lock()
+                        .unwrap()
+                        .push(String::from_utf8_lossy(&body).into_owned());
+                    let reply = format!(
+                        "HTTP/1.1 201 Created\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+                        body.len()
+                    );
+                    conn.write_all(reply.as_bytes()).await.unwrap();
+                    conn.write_all(&body).await.unwrap();
+                }
+            });
+        }
+    });
+    (port, bodies)
+}
+
+/// Where the planted password stands in the URL.
+#[derive(Clone, Copy, Debug)]
+enum Form {
+    UserPart,
+    PasswordParam,
+    SslPasswordParam,
+    MultiHost,
+}
+
+/// What goes wrong.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Failure {
+    Refused,
+    UnknownHost,
+    MissingDatabase,
+    TlsRefused,
+    Authentication,
+    None,
+}
+
+fn url(form: Form, failure: Failure, port: u16, db: &str) -> String {
+    let host = match failure {
+        Failure::Refused => "127.0.0.1:1".to_owned(),
+        Failure::UnknownHost => "no-such-host.invalid:5432".to_owned(),
+        _ => format!("127.0.0.1:{port}"),
+    };
+    let db = if failure == Failure::MissingDatabase {
+        "no_such_db"
+    } else {
+        db
+    };
+    let user = if failure == Failure::Authentication {
+        "stranger"
+    } else {
+        "leaky"
+    };
+    let tls = if failure == Failure::TlsRefused {
+        "sslmode=require"
+    } else {
+        "sslmode=disable"
+    };
+    match form {
+        Form::UserPart => format!("postgres://{user}:{SECRET}@{host}/{db}?{tls}"),
+        Form::PasswordParam => format!("postgres://{user}@{host}/{db}?password={SECRET}&{tls}"),
+        Form::SslPasswordParam => {
+            format!("postgres://{user}:{SECRET}@{host}/{db}?{tls}&sslpassword={SECRET}")
+        }
+        Form::MultiHost => format!(
+            "postgres://{user}:{SECRET}@127.0.0.1:1,{host}/{db}?password={SECRET}&{tls}&target_session_attrs=read-write"
+        ),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_password_reaches_any_output() {
+    let cluster = pg::cluster();
+    // Password logins for everyone but the superuser the harness uses.
+    let hba = cluster.data_dir().join("pg_hba.conf");
+    std::fs::write(
+        &hba,
+        "local all all trust\nhost all postgres 127.0.0.1/32 trust\n\
+         host all all 127.0.0.1/32 scram-sha-256\n",
+    )
+    .unwrap();
+    let data = cluster.data_dir();
+    cluster.run("pg_ctl", &["-D", data.to_str().unwrap(), "reload"]);
+    let admin_url = pg::fresh_db().await;
+    let admin = db::connect(&admin_url).await;
+    db::import(&admin, db::DEMO).await;
+    for statement in [
+        format!("CREATE ROLE leaky LOGIN PASSWORD '{SECRET}'"),
+        "GRANT ql3_package_executor TO leaky".to_owned(),
+        "CREATE ROLE stranger LOGIN PASSWORD 'another-one'".to_owned(),
+    ] {
+        db::exec(&admin, &statement).await.unwrap();
+    }
+    let db_name = admin_url.rsplit('/').next().unwrap().to_owned();
+    let port: u16 = admin_url
+        .split(':')
+        .nth(2)
+        .and_then(|p| p.split('/').next())
+        .unwrap()
+        .parse()
+        .unwrap();
+
+    let (api_port, events) = event_sink().await;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: http://127.0.0.1:{api_port}\n\
+             users:\n- name: u\n  user:\n    token: t\ncontexts:\n- name: c\n  context:\n    cluster: fake\n    user: u\n    namespace: ns\n\
+             current-context: c\n"
+        ),
+    )
+    .unwrap();
+
+    let forms = [
+        Form::UserPart,
+        Form::PasswordParam,
+        Form::SslPasswordParam,
+        Form::MultiHost,
+    ];
+    let failures = [
+        Failure::Refused,
+        Failure::UnknownHost,
+        Failure::MissingDatabase,
+        Failure::TlsRefused,
+        Failure::Authentication,
+        Failure::None,
+    ];
+    let commands: [&[&str]; 6] = [
+        &["migrate"],
+        &["run"],
+        &["publish", "demo-1"],
+        &["current", "demo-1"],
+        &["explain", "demo-1"],
+        &["verify"],
+    ];
+    let limit = Arc::new(tokio::sync::Semaphore::new(6));
+    let mut runs = tokio::task::JoinSet::new();
+    let mut n = 0;
+    let mut run_commands = 0;
+    for form in forms {
+        for failure in failures {
+            for args in commands {
+                n += 1;
+                let url = url(form, failure, port, &db_name);
+                let summary = dir.path().join(format!("summary-{n}.json"));
+                let metrics = dir.path().join(format!("metrics-{n}.prom"));
+                let mut cmd = db::exe(&url, "2s");
+                cmd.args(args);
+                if args[0] == "run" {
+                    run_commands += 1;
+                    cmd.arg("--summary-file")
+                        .arg(&summary)
+                        .arg("--metrics-file")
+                        .arg(&metrics)
+                        .env("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+                        .env("KUBECONFIG", &kubeconfig)
+                        .env("PACKAGE_EXECUTOR_JOB_NAME", "job")
+                        .env("PACKAGE_EXECUTOR_POD_NAMESPACE", "ns");
+                }
+                let limit = Arc::clone(&limit);
+                let what = format!("{form:?} {failure:?} {args:?}");
+                runs.spawn(async move {
+                    let _permit = limit.acquire_owned().await.unwrap();
+                    let out = tokio::time::timeout(Duration::from_secs(120), cmd.output())
+                        .await
+                        .unwrap_or_else(|_| panic!("{what}: no end within 120 s"))
+                        .unwrap();
+                    let files = [summary, metrics]
+                        .iter()
+                        .map(|p| std::fs::read_to_string(p).unwrap_or_default())
+                        .collect::<Vec<_>>();
+                    (what, out, files)
+                });
+            }
+        }
+    }
+    let mut good_runs = 0;
+    while let Some(done) = runs.join_next().await {
+        let (what, out, files) = done.unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        for (name, text) in [
+            ("stdout", &*stdout),
+            ("stderr", &*stderr),
+            ("the summary file", &files[0]),
+            ("the metrics file", &files[1]),
+        ] {
+            assert!(
+                !text.contains(SECRET),
+                "{what}: the password is in {name}:\n{text}"
+            );
+        }
+        if what.contains("None [\"run\"]") && !what.contains("SslPassword") {
+            assert_eq!(out.status.code(), Some(0), "{what}: {stderr}");
+            good_runs += 1;
+        }
+        if what.contains("[\"run\"]") {
+            assert!(files[0].contains("\"exitCode\""), "{what}: a summary");
+        }
+    }
+    assert_eq!(good_runs, 3, "the good runs logged in with the password");
+    let events = events.lock().unwrap();
+    assert_eq!(events.len(), run_commands, "every run recorded its Event");
+    for e in events.iter() {
+        assert!(!e.contains(SECRET), "the password is in an Event: {e}");
+    }
+}
