@@ -267,55 +267,9 @@ pub fn write_number<S: Sink>(f: f64, out: &mut S) {
         out.put(buf.format(f as i64).as_bytes());
         return;
     }
-    let mut rbuf = ryu::Buffer::new();
-    let shortest = rbuf.format_finite(f);
-    let (negative, body) = match shortest.strip_prefix('-') {
-        Some(rest) => (true, rest),
-        None => (false, shortest),
-    };
-    let (mantissa, exp) = match body.split_once(['e', 'E']) {
-        Some((m, e)) => (m, e.parse::<i32>().unwrap_or(0)),
-        None => (body, 0),
-    };
-    let (int_part, frac_part) = mantissa.split_once('.').unwrap_or((mantissa, ""));
-    let mut digits: Vec<u8> = int_part.bytes().chain(frac_part.bytes()).collect();
-    let mut n = int_part.len() as i32 + exp;
-    let lead = digits.iter().take_while(|&&d| d == b'0').count();
-    digits.drain(..lead);
-    n -= lead as i32;
-    while digits.last() == Some(&b'0') {
-        digits.pop();
-    }
-    let k = digits.len() as i32;
-    if negative {
-        out.put(b"-");
-    }
-    if k <= n && n <= 21 {
-        out.put(&digits);
-        for _ in 0..(n - k) {
-            out.put(b"0");
-        }
-    } else if 0 < n && n <= 21 {
-        out.put(&digits[..n as usize]);
-        out.put(b".");
-        out.put(&digits[n as usize..]);
-    } else if -6 < n && n <= 0 {
-        out.put(b"0.");
-        for _ in 0..(-n) {
-            out.put(b"0");
-        }
-        out.put(&digits);
-    } else {
-        let e = n - 1;
-        out.put(&digits[..1]);
-        if k > 1 {
-            out.put(b".");
-            out.put(&digits[1..]);
-        }
-        out.put(if e < 0 { b"e-" } else { b"e+" });
-        let mut buf = itoa::Buffer::new();
-        out.put(buf.format(e.unsigned_abs()).as_bytes());
-    }
+    // Everything else: ECMAScript's Number-to-String itself (the Boa engine's formatter).
+    let mut buf = ryu_js::Buffer::new();
+    out.put(buf.format_finite(f).as_bytes());
 }
 
 /// Checks that bytes are UTF-8 and nest no deeper than `limit` (objects and arrays, the
