@@ -1,17 +1,33 @@
 # syntax=docker/dockerfile:1
-# Build: a locked release build on a Rust image at least as new as the crate's rust-version.
-FROM rust:1.89-bookworm AS build
+# The base images are build arguments with the public defaults, so a build can substitute them
+# (a mirror, or bases made from Debian packages where no registry is reachable):
+#   docker build --build-arg RUST_IMAGE=… --build-arg RUNTIME_IMAGE=… .
+# RUST_IMAGE must be at least Cargo.toml's rust-version (tests/msrv.rs holds the default to it).
+ARG RUST_IMAGE=rust:1.94-bookworm
+ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot
+
+# Build: a locked release build.
+FROM ${RUST_IMAGE} AS build
 WORKDIR /src
+# Dependencies first, in a layer of their own: built against stub sources, so a change to the
+# sources rebuilds only this crate.
 COPY Cargo.toml Cargo.lock ./
+RUN mkdir -p src benches \
+ && echo 'fn main() {}' > src/main.rs \
+ && touch src/lib.rs benches/canonical.rs benches/executor.rs \
+ && cargo build --release --locked --bin package-executor \
+ && rm -rf src benches
 COPY src ./src
 COPY migrations ./migrations
 COPY examples ./examples
 COPY benches ./benches
-RUN cargo build --release --locked --bin package-executor \
+# The stubs' build left newer timestamps on the crate's own outputs: make sure it is rebuilt.
+RUN touch src/main.rs src/lib.rs \
+ && cargo build --release --locked --bin package-executor \
  && strip target/release/package-executor
 
 # Run: a small, non-root runtime image; the binary is the entrypoint.
-FROM gcr.io/distroless/cc-debian12:nonroot
+FROM ${RUNTIME_IMAGE}
 # glibc keeps up to 128 freed small blocks per size in each thread's cache instead of 7: a run
 # allocates and frees many small strings and values per revision, and this took about a tenth
 # of the executor's CPU off a cold run for about 3 MiB of memory (README, Benchmarks).

