@@ -49,6 +49,12 @@ fn json(status: StatusCode, body: &impl serde::Serialize) -> Response<Body> {
         .unwrap()
 }
 
+/// A `JobList` at a resource version.
+fn job_list(version: &str, items: &[Job]) -> serde_json::Value {
+    serde_json::json!({"apiVersion": "batch/v1", "kind": "JobList",
+        "metadata": {"resourceVersion": version}, "items": items})
+}
+
 fn already_exists() -> Response<Body> {
     json(
         StatusCode::CONFLICT,
@@ -196,9 +202,16 @@ async fn failed_job_is_replaced_only_with_replace_failed() {
         send.send_response(json(StatusCode::OK, &failed));
         let (body, _, send) = expect(&mut handle, Method::DELETE, &format!("{JOBS}/{name}")).await;
         assert_eq!(body["propagationPolicy"], "Background");
-        send.send_response(json(StatusCode::OK, &failed));
-        let (_, _, send) = expect(&mut handle, Method::GET, &format!("{JOBS}/{name}")).await;
-        send.send_response(not_found());
+        let mut deleting = failed.clone();
+        deleting.metadata.uid = Some("uid-1".into());
+        send.send_response(json(StatusCode::OK, &deleting));
+        // kube's watcher lists it by name until it is gone (finalizers included).
+        let (_, query, send) = expect(&mut handle, Method::GET, JOBS).await;
+        assert!(
+            query.contains(&format!("fieldSelector=metadata.name%3D{name}")),
+            "{query}"
+        );
+        send.send_response(json(StatusCode::OK, &job_list("9", &[])));
         let (body, _, send) = expect(&mut handle, Method::POST, JOBS).await;
         assert_eq!(body["metadata"]["name"], name);
         send.send_response(json(
@@ -211,16 +224,28 @@ async fn failed_job_is_replaced_only_with_replace_failed() {
 }
 
 async fn wait_for(final_condition: &str) -> i32 {
+    wait_for_event(final_condition, "MODIFIED").await
+}
+
+/// Waits on a Job that the watch then reports with `event` and `final_condition`.
+async fn wait_for_event(final_condition: &str, event: &'static str) -> i32 {
     let (api, mut handle) = setup();
     let job = the_job("pub-5");
     let name = job.metadata.name.clone().unwrap();
     let done = with_condition(job.clone(), final_condition);
     let server = tokio::spawn(async move {
         let (body, _, send) = expect(&mut handle, Method::POST, JOBS).await;
-        send.send_response(json(
-            StatusCode::CREATED,
-            &running(serde_json::from_value(body).unwrap()),
-        ));
+        let running = running(serde_json::from_value(body).unwrap());
+        send.send_response(json(StatusCode::CREATED, &running));
+        // kube's watcher: a list of the one Job, still running...
+        let (_, query, send) = expect(&mut handle, Method::GET, JOBS).await;
+        assert!(!query.contains("watch=true"), "{query}");
+        assert!(
+            query.contains(&format!("fieldSelector=metadata.name%3D{name}")),
+            "{query}"
+        );
+        send.send_response(json(StatusCode::OK, &job_list("5", &[running])));
+        // ...then a watch from the list's version, which brings the end.
         let (_, query, send) = expect(&mut handle, Method::GET, JOBS).await;
         assert!(
             query.contains("watch=true") && query.contains("resourceVersion=5"),
@@ -230,8 +255,7 @@ async fn wait_for(final_condition: &str) -> i32 {
             query.contains(&format!("fieldSelector=metadata.name%3D{name}")),
             "{query}"
         );
-        let line =
-            serde_json::to_vec(&serde_json::json!({"type": "MODIFIED", "object": done})).unwrap();
+        let line = serde_json::to_vec(&serde_json::json!({"type": event, "object": done})).unwrap();
         send.send_response(
             Response::builder()
                 .status(StatusCode::OK)
@@ -252,6 +276,11 @@ async fn wait_ends_complete_with_0() {
 #[tokio::test]
 async fn wait_ends_failed_with_7() {
     assert_eq!(wait_for("Failed").await, 7);
+}
+
+#[tokio::test]
+async fn a_job_deleted_while_waiting_is_a_failure() {
+    assert_eq!(wait_for_event("Complete", "DELETED").await, 7);
 }
 
 #[tokio::test]
@@ -319,4 +348,28 @@ async fn run_summary_is_an_events_v1_event_on_the_job() {
             .expect("recording returns")
             .expect("no panic");
     }
+}
+
+/// A failed Job that someone else deleted meanwhile (404 on our delete) is simply created again.
+#[tokio::test]
+async fn a_failed_job_already_gone_is_created_again() {
+    let (api, mut handle) = setup();
+    let job = the_job("pub-8");
+    let name = job.metadata.name.clone().unwrap();
+    let failed = with_condition(job.clone(), "Failed");
+    let server = tokio::spawn(async move {
+        let (_, _, send) = expect(&mut handle, Method::POST, JOBS).await;
+        send.send_response(already_exists());
+        let (_, _, send) = expect(&mut handle, Method::GET, &format!("{JOBS}/{name}")).await;
+        send.send_response(json(StatusCode::OK, &failed));
+        let (_, _, send) = expect(&mut handle, Method::DELETE, &format!("{JOBS}/{name}")).await;
+        send.send_response(not_found());
+        let (body, _, send) = expect(&mut handle, Method::POST, JOBS).await;
+        send.send_response(json(
+            StatusCode::CREATED,
+            &running(serde_json::from_value(body).unwrap()),
+        ));
+    });
+    assert_eq!(trigger(&api, &job, &opts(false, true)).await.unwrap(), 0);
+    server.await.unwrap();
 }

@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::batch::v1::Job;
-use kube::api::{Api, DeleteParams, PostParams, PropagationPolicy, WatchEvent, WatchParams};
+use kube::api::{Api, DeleteParams, PostParams, PropagationPolicy};
+use kube::runtime::wait::{self, await_condition, delete::delete_and_finalize};
 
 use super::job::PUBLICATION_ANNOTATION;
 use crate::report::exit;
@@ -42,6 +42,16 @@ pub enum TriggerError {
         "Kubernetes API error: {0}; check the namespace, RBAC (create/get/watch/delete jobs) and the cluster"
     )]
     Api(#[from] kube::Error),
+    /// Following the Job (kube's watcher) failed.
+    #[error(
+        "cannot follow the Job: {0}; check RBAC (list/watch jobs) and the API server, or run without --wait"
+    )]
+    Wait(#[from] wait::Error),
+    /// Deleting a failed Job and waiting for it to be gone failed.
+    #[error(
+        "cannot replace the failed Job: {0}; check RBAC (delete/list/watch jobs), or delete it by hand"
+    )]
+    Delete(#[from] wait::delete::Error),
     /// The Job has no name (a bug).
     #[error("the Job has no name")]
     Unnamed,
@@ -125,14 +135,13 @@ async fn trigger_inner(
                         propagation_policy: Some(PropagationPolicy::Background),
                         ..DeleteParams::default()
                     };
-                    match api.delete(&name, &dp).await {
-                        Ok(_) => {}
-                        Err(kube::Error::Api(s)) if s.is_not_found() => {}
+                    // Deletes and waits until it is gone (finalizers included) before creating
+                    // it again; one that is already gone is fine.
+                    match delete_and_finalize(api.clone(), &name, &dp).await {
+                        Ok(()) => {}
+                        Err(wait::delete::Error::Delete(kube::Error::Api(s)))
+                            if s.is_not_found() => {}
                         Err(e) => return Err(e.into()),
-                    }
-                    // Wait for it to be gone before creating it again.
-                    while api.get_opt(&name).await?.is_some() {
-                        tokio::time::sleep(Duration::from_millis(500)).await;
                     }
                     continue;
                 }
@@ -148,44 +157,15 @@ async fn trigger_inner(
         JobState::Running if !opts.wait => return Ok(exit::OK),
         JobState::Running => {}
     }
-    let mut version = current
-        .metadata
-        .resource_version
-        .clone()
-        .unwrap_or_else(|| "0".into());
-    loop {
-        let wp = WatchParams::default()
-            .fields(&format!("metadata.name={name}"))
-            .timeout(290);
-        let mut events = api.watch(&wp, &version).await?.boxed();
-        while let Some(event) = events.try_next().await? {
-            match event {
-                WatchEvent::Added(j) | WatchEvent::Modified(j) => {
-                    version = j.metadata.resource_version.clone().unwrap_or(version);
-                    match state(&j) {
-                        JobState::Complete => return Ok(exit::OK),
-                        JobState::Failed => return Ok(exit::JOB_FAILED),
-                        JobState::Running => {}
-                    }
-                }
-                WatchEvent::Deleted(_) => {
-                    tracing::error!(job = %name, "the Job was deleted while waiting");
-                    return Ok(exit::JOB_FAILED);
-                }
-                WatchEvent::Bookmark(b) => version = b.metadata.resource_version,
-                WatchEvent::Error(e) => {
-                    // 410 Gone: the version expired; start again from the Job's current state.
-                    tracing::warn!(error = %e.message, "watch interrupted; resuming");
-                    let j = api.get(&name).await?;
-                    match state(&j) {
-                        JobState::Complete => return Ok(exit::OK),
-                        JobState::Failed => return Ok(exit::JOB_FAILED),
-                        JobState::Running => {}
-                    }
-                    version = j.metadata.resource_version.unwrap_or_else(|| "0".into());
-                    break;
-                }
-            }
+    // kube's watcher: a list, then a watch from its version, resumed (and re-listed on 410
+    // Gone) by the runtime. `None` is a Job deleted while waiting.
+    let ended = |j: Option<&Job>| j.is_none_or(|j| state(j) != JobState::Running);
+    match await_condition(api.clone(), &name, ended).await? {
+        None => {
+            tracing::error!(job = %name, "the Job was deleted while waiting");
+            Ok(exit::JOB_FAILED)
         }
+        Some(j) if state(&j) == JobState::Complete => Ok(exit::OK),
+        Some(_) => Ok(exit::JOB_FAILED),
     }
 }
