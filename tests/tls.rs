@@ -249,10 +249,11 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-/// Asserts exit 8 with `needle` in the message, and that no secret leaked into the output.
+/// Asserts exit 1 (a configuration mistake, which no retry heals) with `needle` in the
+/// message, and that no secret leaked into the output.
 fn refused(o: &Output, needle: &str, server: &TlsServer) {
     let err = stderr(o);
-    assert_eq!(o.status.code(), Some(8), "{err}");
+    assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains(needle), "expected {needle:?} in: {err}");
     let everything = format!("{err}{}", String::from_utf8_lossy(&o.stdout));
     assert!(!everything.contains(PASSWORD), "a password was printed");
@@ -319,7 +320,7 @@ async fn verify_full_with_the_right_ca_runs_every_command() {
 }
 
 #[tokio::test]
-async fn an_unknown_ca_exits_8_and_writes_nothing() {
+async fn an_unknown_ca_exits_1_and_writes_nothing() {
     let s = server();
     let db = s.fresh_db().await;
     let query = format!("sslmode=verify-full&sslrootcert={}", s.cert("wrong-ca.crt"));
@@ -363,7 +364,7 @@ async fn an_unknown_ca_exits_8_and_writes_nothing() {
 }
 
 #[tokio::test]
-async fn a_host_name_the_certificate_lacks_exits_8_under_verify_full() {
+async fn a_host_name_the_certificate_lacks_exits_1_under_verify_full() {
     let s = server();
     let db = s.fresh_db().await;
     let ca = format!("sslrootcert={}", s.cert("ca.crt"));
@@ -388,7 +389,7 @@ async fn a_host_name_the_certificate_lacks_exits_8_under_verify_full() {
 }
 
 #[tokio::test]
-async fn plaintext_against_a_hostssl_only_server_exits_8() {
+async fn plaintext_against_a_hostssl_only_server_exits_1() {
     let s = server();
     let db = s.fresh_db().await;
     let url = s.url(
@@ -438,7 +439,7 @@ async fn a_client_certificate_alone_logs_the_executor_in() {
     // The same login without its certificate is refused.
     let without = s.verified(CERT_LOGIN, &db);
     let out = exe_out(&without, &["current", "demo-1"], &[]).await;
-    assert_eq!(out.status.code(), Some(8), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
 }
 
 /// Runs on every build, including one without TLS support: `require` and stricter refuse a
@@ -454,7 +455,7 @@ async fn a_server_without_tls_is_refused_unless_sslmode_allows_plaintext() {
         )
         .await;
         let err = stderr(&out);
-        assert_eq!(out.status.code(), Some(8), "{mode}: {err}");
+        assert_eq!(out.status.code(), Some(1), "{mode}: {err}");
         assert!(err.contains("refused TLS"), "{mode}: {err}");
     }
     let store = connect(&url).await;
@@ -471,4 +472,117 @@ async fn a_server_without_tls_is_refused_unless_sslmode_allows_plaintext() {
     let store = connect(&url).await;
     assert_eq!(scalar(&store, "SELECT COUNT(*) FROM ql3.projects").await, 4);
     store.close().await;
+}
+
+/// Runs `openssl` in `dir`, asserting it succeeds.
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = std::process::Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("openssl");
+    assert!(out.status.success(), "openssl {args:?}: {}", stderr(&out));
+}
+
+/// A server certificate made with the recipe in PostgreSQL's documentation (`openssl x509
+/// -req`, no extensions) is X.509 v1, which libpq accepts and rustls does not: the executor
+/// refuses at once (exit 1, not the retried 8) and says which certificate and how to reissue it.
+#[tokio::test]
+async fn a_v1_server_certificate_exits_1_and_says_how_to_reissue_it() {
+    let base = tempfile::tempdir().unwrap();
+    let cluster = PgCluster::start_in(base.path().join("pg"), "");
+    cluster.stop("fast");
+    let certs = base.path().join("certs");
+    std::fs::create_dir(&certs).unwrap();
+    openssl(
+        &certs,
+        &[
+            "req",
+            "-new",
+            "-x509",
+            "-days",
+            "30",
+            "-nodes",
+            "-subj",
+            "/CN=test-ca",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+        ],
+    );
+    openssl(
+        &certs,
+        &[
+            "req",
+            "-new",
+            "-nodes",
+            "-subj",
+            "/CN=localhost",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+        ],
+    );
+    openssl(
+        &certs,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-days",
+            "30",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.crt",
+        ],
+    );
+    let text = std::process::Command::new("openssl")
+        .args(["x509", "-noout", "-text", "-in"])
+        .arg(certs.join("server.crt"))
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&text.stdout).contains("Version: 1 (0x0)"),
+        "the recipe makes a v1 certificate"
+    );
+    let data = cluster.data_dir();
+    for name in ["server.crt", "server.key"] {
+        let path = data.join(name);
+        std::fs::copy(certs.join(name), &path).unwrap();
+        chown_to_postgres(&cluster, &path);
+    }
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(
+        data.join("server.key"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    let conf = data.join("postgresql.auto.conf");
+    let mut text = std::fs::read_to_string(&conf).unwrap();
+    text.push_str("ssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n");
+    std::fs::write(&conf, text).unwrap();
+    cluster.start();
+    let root = certs.join("ca.crt");
+    for mode in ["verify-ca", "verify-full"] {
+        let url = format!(
+            "postgres://postgres@localhost:{}/postgres?sslmode={mode}&sslrootcert={}",
+            cluster.port,
+            root.display()
+        );
+        let out = exe_out(&url, &["migrate"], &[]).await;
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{mode}: {err}");
+        assert!(
+            err.contains("X.509 v1") && err.contains("-extfile"),
+            "{mode}: {err}"
+        );
+    }
+    cluster.stop("fast");
 }

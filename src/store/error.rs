@@ -52,9 +52,24 @@ impl StoreError {
     /// Classifies a connection failure: anything there means the database is unavailable.
     /// A TLS failure also says which check failed and what to change.
     pub(crate) fn from_connect(e: sqlx::Error) -> Self {
+        let code = match &e {
+            sqlx::Error::Database(db) => db.code().map(|c| c.into_owned()),
+            _ => None,
+        };
+        // A mistake in the login, the database name or the TLS settings is the
+        // configuration's: no retry with the same Secret heals it, so it exits 1 at once rather
+        // than 8 (which Kubernetes retries until the backoff limit).
+        let login = matches!(code.as_deref(), Some("28P01" | "28000" | "3D000"));
         match StoreError::from(e) {
             StoreError::Transient(m) | StoreError::Other(m) => match super::tls::hint(&m) {
+                Some(hint) if login || super::tls::is_configuration(&m) => {
+                    StoreError::Config(format!("{m} ({hint})"))
+                }
                 Some(hint) => StoreError::Unavailable(format!("{m} ({hint})")),
+                None if login => StoreError::Config(format!(
+                    "{m}; {}",
+                    login_step(code.as_deref().unwrap_or_default())
+                )),
                 None => StoreError::Unavailable(format!("{m}; {CHECK_SERVER}")),
             },
             other => other,
@@ -138,6 +153,23 @@ impl From<sqlx::Error> for StoreError {
             | sqlx::Error::WorkerCrashed => StoreError::Transient(e.to_string()),
             _ => StoreError::Other(e.to_string()),
         }
+    }
+}
+
+/// What to do about a refused login (`28P01`, `28000`) or a database that does not exist
+/// (`3D000`).
+fn login_step(code: &str) -> &'static str {
+    match code {
+        "28P01" => {
+            "the server refused the login's password: check the user and password in DATABASE_URL \
+             (the Secret), and the login's password on the server"
+        }
+        "28000" => {
+            "the server refused this login: check that the role exists and may log in, and that \
+             pg_hba.conf has an entry for it from this host with this method (cert logins: the \
+             certificate's common name is the user name)"
+        }
+        _ => "the database in DATABASE_URL does not exist: correct the URL, or create the database",
     }
 }
 

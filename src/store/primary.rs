@@ -280,15 +280,23 @@ impl PgTarget {
                     return Ok(());
                 }
             }
-            // A TLS failure on every host will not heal by waiting: say so now.
+            // A TLS failure on every host will not heal by waiting: say so now, and when each
+            // is the configuration's (an untrusted or misnamed certificate, say), as such
+            // (exit 1, not retried).
             let all_tls = last.iter().all(|why| super::tls::hint(why).is_some());
+            let all_configuration = last.iter().all(|why| super::tls::is_configuration(why));
             if started.elapsed() >= self.failover_timeout || all_tls {
                 let heard = last.join("; ");
                 let hint = super::tls::hint(&heard).map_or_else(
                     || "; check DATABASE_URL and that the servers are up".to_owned(),
                     |h| format!(" ({h})"),
                 );
-                return Err(StoreError::Unavailable(format!(
+                let error = if all_configuration {
+                    StoreError::Config
+                } else {
+                    StoreError::Unavailable
+                };
+                return Err(error(format!(
                     "none of the {} hosts accepts {} connections: {heard}{hint}",
                     self.hosts.len(),
                     match self.attrs {

@@ -50,7 +50,14 @@ fn query_param(url: &str, name: &str) -> Option<String> {
 /// is not one. Matched on text because sqlx carries rustls's error only as a boxed message.
 pub fn hint(message: &str) -> Option<&'static str> {
     let m = message;
-    if m.contains("UnknownIssuer") || m.contains("unknown issuer") {
+    if m.contains("UnsupportedCertVersion") {
+        Some(
+            "TLS: a certificate the server presented is X.509 v1, which rustls does not accept \
+             (libpq does): PostgreSQL's `openssl x509 -req` recipe makes v1 when it adds no \
+             extensions; reissue the server's certificate (and any intermediate) as v3, e.g. \
+             `openssl x509 -req … -extfile <(printf 'subjectAltName=DNS:db.example')`",
+        )
+    } else if m.contains("UnknownIssuer") || m.contains("unknown issuer") {
         Some(
             "TLS: the server's certificate is not signed by a CA in sslrootcert \
              (sslmode=verify-ca or verify-full): point sslrootcert (or PGSSLROOTCERT) at the CA \
@@ -89,81 +96,25 @@ pub fn hint(message: &str) -> Option<&'static str> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use std::str::FromStr;
-
-    use super::*;
-
-    fn apply(url: &str, env: &[(&str, &str)]) -> Result<PgSslMode, StoreError> {
-        let lookup = |k: &str| {
-            env.iter()
-                .find(|(n, _)| *n == k)
-                .map(|(_, v)| (*v).to_owned())
-        };
-        let opts =
-            PgConnectOptions::from_str(url).map_err(|e| StoreError::Config(e.to_string()))?;
-        apply_libpq_rules(opts, url, lookup).map(|o| o.get_ssl_mode())
-    }
-
-    #[test]
-    fn require_with_a_root_certificate_verifies_the_chain() {
-        let mode = apply("postgres://h/db?sslmode=require&sslrootcert=%2Fca.pem", &[]);
-        assert!(matches!(mode, Ok(PgSslMode::VerifyCa)));
-        let mode = apply(
-            "postgres://h/db?sslmode=require",
-            &[("PGSSLROOTCERT", "/ca.pem")],
-        );
-        assert!(matches!(mode, Ok(PgSslMode::VerifyCa)));
-        let mode = apply("postgres://h/db?sslmode=require", &[]);
-        assert!(matches!(mode, Ok(PgSslMode::Require)));
-        let mode = apply(
-            "postgres://h/db?sslmode=verify-full&sslrootcert=/ca.pem",
-            &[],
-        );
-        assert!(matches!(mode, Ok(PgSslMode::VerifyFull)));
-    }
-
-    #[test]
-    fn an_unknown_pgsslmode_is_refused_not_ignored() {
-        let err = apply("postgres://h/db", &[("PGSSLMODE", "verify_full")]);
-        assert!(matches!(err, Err(StoreError::Config(m)) if m.contains("verify_full")));
-        // The URL's own parameter wins over the variable, as in libpq.
-        let mode = apply("postgres://h/db?sslmode=disable", &[("PGSSLMODE", "bogus")]);
-        assert!(matches!(mode, Ok(PgSslMode::Disable)));
-    }
-
-    #[test]
-    fn query_parameters_are_decoded() {
-        assert_eq!(
-            query_param(
-                "postgres://h/db?a=1&sslrootcert=%2Fetc%2Fca.pem",
-                "sslrootcert"
-            ),
-            Some("/etc/ca.pem".to_owned())
-        );
-        assert_eq!(query_param("postgres://h/db", "sslmode"), None);
-    }
-
-    #[test]
-    fn every_tls_failure_says_which_check_failed() {
-        for (text, needle) in [
-            (
-                "invalid peer certificate: UnknownIssuer",
-                "not signed by a CA",
-            ),
-            (
-                "invalid peer certificate: certificate not valid for name \"127.0.0.2\"",
-                "does not name the host",
-            ),
-            ("server does not support TLS", "refused TLS"),
-            (
-                "no pg_hba.conf entry for host \"127.0.0.1\", user \"x\", database \"y\", no encryption",
-                "hostssl",
-            ),
-        ] {
-            assert!(hint(text).is_some_and(|h| h.contains(needle)), "{text}");
-        }
-        assert_eq!(hint("connection refused"), None);
-    }
+/// Whether a TLS failure is the configuration's, which no retry with the same settings heals:
+/// a certificate that is not trusted, not for this host, of an unsupported version, or
+/// refused, or TLS that one side requires and the other refuses. The run then exits 1 at once
+/// instead of 8 (which Kubernetes retries until the backoff limit). Anything else that
+/// mentions TLS (a reset mid-handshake, say) stays retryable.
+pub fn is_configuration(message: &str) -> bool {
+    [
+        "UnsupportedCertVersion",
+        "UnknownIssuer",
+        "unknown issuer",
+        "NotValidForName",
+        "not valid for name",
+        "server does not support TLS",
+        "no encryption",
+        "CertificateRequired",
+        "certificate required",
+        "BadCertificate",
+        "certificate authentication failed",
+    ]
+    .iter()
+    .any(|marker| message.contains(marker))
 }
