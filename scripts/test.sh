@@ -101,3 +101,21 @@ rm -f "$STORM_REPORT"
 cargo test --locked --test storage_contract --test plans --test roles --test run --test ha --test storm --test disk_full --test secrets
 cat "$STORM_REPORT"
 cargo test --locked --test tls a_server_without_tls
+
+# The container image: the real Dockerfile built with podman and runc from Debian, on bases made
+# from Debian's packages (scripts/image-bases.sh; only the two base-image arguments change),
+# then run: its commands, and the chart's pods as `helm template` renders them, against
+# PostgreSQL with verify-full TLS and client certificates (tests/image.rs). Everything it
+# builds is cached under .tools/containers. PE_SKIP_IMAGE=1 skips it for a quick local run;
+# CI never sets it.
+if [ "${PE_SKIP_IMAGE:-0}" = 1 ]; then
+  echo "== the image test is skipped (PE_SKIP_IMAGE=1)"
+else
+  echo "== the container image (podman)"
+  image_started=$SECONDS
+  PE_IMAGE=$(./scripts/image-build.sh)
+  echo "built $PE_IMAGE in $((SECONDS - image_started)) s"
+  PE_IMAGE="$PE_IMAGE" PE_PG_BINDIR="$PG_SYS_BINDIR" PE_PG_MAJOR="$PG_SYS_MAJOR" \
+    cargo test --locked --test image -- --ignored --nocapture --test-threads=1
+  echo "== the image build and test took $((SECONDS - image_started)) s"
+fi

@@ -160,18 +160,6 @@ fn leaf(issuer: &CertifiedIssuer<'static, KeyPair>, cn: &str, names: &[&str]) ->
     )
 }
 
-fn as_postgres(cluster: &PgCluster, path: &Path, mode: u32) {
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
-    if cluster.as_root {
-        let ok = std::process::Command::new("chown")
-            .arg("postgres:postgres")
-            .arg(path)
-            .status()
-            .unwrap();
-        assert!(ok.success());
-    }
-}
-
 impl Database {
     fn start() -> Self {
         let dir = tempfile::tempdir().unwrap();
@@ -215,31 +203,13 @@ impl Database {
         let (server_crt, server_key) = leaf(&authority, "localhost", &["localhost", "127.0.0.1"]);
         let (mig_crt, mig_key) = leaf(&authority, "pe_migrator", &[]);
         let (exec_crt, exec_key) = leaf(&authority, "pe_executor", &[]);
-        let data = cluster.data_dir();
-        for (name, content, mode) in [
-            ("server.crt", server_crt.as_str(), 0o644),
-            ("server.key", server_key.as_str(), 0o600),
-            ("root.crt", authority.pem().as_str(), 0o644),
-        ] {
-            let path = data.join(name);
-            std::fs::write(&path, content).unwrap();
-            as_postgres(&cluster, &path, mode);
-        }
-        let conf = data.join("postgresql.auto.conf");
-        let mut text = std::fs::read_to_string(&conf).unwrap();
-        text.push_str(
-            "ssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n\
-             ssl_ca_file = 'root.crt'\n",
-        );
-        std::fs::write(&conf, text).unwrap();
-        let hba = data.join("pg_hba.conf");
-        std::fs::write(
-            &hba,
+        cluster.enable_tls(&server_crt, &server_key, Some(&authority.pem()));
+        cluster.write_data_file(
+            "pg_hba.conf",
             "local all all trust\nhostssl all postgres 127.0.0.0/8 trust\n\
              hostssl all all 127.0.0.0/8 cert\n",
-        )
-        .unwrap();
-        as_postgres(&cluster, &hba, 0o600);
+            0o600,
+        );
         cluster.start();
 
         let mut secrets = BTreeMap::new();

@@ -68,17 +68,6 @@ fn leaf(
     (cert.pem(), key.serialize_pem())
 }
 
-fn chown_to_postgres(cluster: &PgCluster, path: &Path) {
-    if cluster.as_root {
-        let ok = std::process::Command::new("chown")
-            .args(["postgres:postgres"])
-            .arg(path)
-            .status()
-            .unwrap();
-        assert!(ok.success());
-    }
-}
-
 fn server() -> &'static TlsServer {
     SERVER.get_or_init(|| {
         let base = std::env::temp_dir().join(format!("pe-tls-{}", std::process::id()));
@@ -136,39 +125,17 @@ fn server() -> &'static TlsServer {
         write(&certs, "client.crt", &client_crt);
         write(&certs, "client.key", &client_key);
 
-        let data = cluster.data_dir();
-        for (name, text) in [
-            ("server.crt", server_crt.as_str()),
-            ("server.key", server_key.as_str()),
-            ("root.crt", authority.pem().as_str()),
-        ] {
-            let path = write(&data, name, text);
-            chown_to_postgres(&cluster, &path);
-        }
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(
-            data.join("server.key"),
-            std::fs::Permissions::from_mode(0o600),
-        )
-        .unwrap();
-        let conf = data.join("postgresql.auto.conf");
-        let mut text = std::fs::read_to_string(&conf).unwrap();
-        text.push_str(
-            "ssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n\
-             ssl_ca_file = 'root.crt'\n",
-        );
-        std::fs::write(&conf, text).unwrap();
+        cluster.enable_tls(&server_crt, &server_key, Some(&authority.pem()));
         // TCP only through TLS; the certificate login by its certificate alone.
-        let hba = write(
-            &data,
+        cluster.write_data_file(
             "pg_hba.conf",
             &format!(
                 "local all all trust\n\
                  hostssl all {CERT_LOGIN} 127.0.0.0/8 cert\n\
                  hostssl all all 127.0.0.0/8 trust\n"
             ),
+            0o600,
         );
-        chown_to_postgres(&cluster, &hba);
         cluster.start();
         TlsServer {
             cluster,
@@ -552,22 +519,8 @@ async fn a_v1_server_certificate_exits_1_and_says_how_to_reissue_it() {
         String::from_utf8_lossy(&text.stdout).contains("Version: 1 (0x0)"),
         "the recipe makes a v1 certificate"
     );
-    let data = cluster.data_dir();
-    for name in ["server.crt", "server.key"] {
-        let path = data.join(name);
-        std::fs::copy(certs.join(name), &path).unwrap();
-        chown_to_postgres(&cluster, &path);
-    }
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(
-        data.join("server.key"),
-        std::fs::Permissions::from_mode(0o600),
-    )
-    .unwrap();
-    let conf = data.join("postgresql.auto.conf");
-    let mut text = std::fs::read_to_string(&conf).unwrap();
-    text.push_str("ssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n");
-    std::fs::write(&conf, text).unwrap();
+    let read = |name: &str| std::fs::read_to_string(certs.join(name)).unwrap();
+    cluster.enable_tls(&read("server.crt"), &read("server.key"), None);
     cluster.start();
     let root = certs.join("ca.crt");
     for mode in ["verify-ca", "verify-full"] {

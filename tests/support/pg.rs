@@ -192,6 +192,42 @@ impl PgCluster {
         cluster
     }
 
+    /// Writes a file into the data directory, owned by the server's OS user, with `mode`.
+    pub fn write_data_file(&self, name: &str, text: &str, mode: u32) {
+        use std::os::unix::fs::PermissionsExt;
+        let path = self.data_dir().join(name);
+        std::fs::write(&path, text).expect("write a data file");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+        if self.as_root {
+            let ok = Command::new("chown")
+                .arg("postgres:postgres")
+                .arg(&path)
+                .status();
+            assert!(
+                ok.map(|s| s.success()).unwrap_or(false),
+                "chown {}",
+                path.display()
+            );
+        }
+    }
+
+    /// Turns TLS on for the next start (the server must be stopped): its certificate and key,
+    /// and, when given, the CA that client certificates must chain to (for `cert` logins).
+    pub fn enable_tls(&self, cert: &str, key: &str, client_ca: Option<&str>) {
+        self.write_data_file("server.crt", cert, 0o644);
+        self.write_data_file("server.key", key, 0o600);
+        let mut conf =
+            "ssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n".to_owned();
+        if let Some(ca) = client_ca {
+            self.write_data_file("root.crt", ca, 0o644);
+            conf.push_str("ssl_ca_file = 'root.crt'\n");
+        }
+        let path = self.data_dir().join("postgresql.auto.conf");
+        let mut text = std::fs::read_to_string(&path).expect("read the configuration");
+        text.push_str(&conf);
+        std::fs::write(&path, text).expect("write the configuration");
+    }
+
     pub fn data_dir(&self) -> PathBuf {
         self.dir.join("data")
     }
