@@ -13,8 +13,9 @@ WORKDIR /src
 # sources rebuilds only this crate.
 COPY Cargo.toml Cargo.lock ./
 RUN mkdir -p src benches \
- && echo 'fn main() {}' > src/main.rs \
- && touch src/lib.rs benches/canonical.rs benches/executor.rs \
+ && printf '//! Stub: the dependency layer.\nfn main() {}\n' > src/main.rs \
+ && echo '//! Stub: the dependency layer.' > src/lib.rs \
+ && touch benches/canonical.rs benches/executor.rs \
  && cargo build --release --locked --bin package-executor \
  && rm -rf src benches
 COPY src ./src

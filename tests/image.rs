@@ -414,6 +414,11 @@ async fn run_pod(
     }
     let out = output(cmd, job).await;
     let message = std::fs::read_to_string(&message).unwrap();
+    println!(
+        "pod of {job}{}: exit {:?}, termination message {message}",
+        index.map_or_else(String::new, |i| format!(" (index {i})")),
+        out.status.code()
+    );
     (out, message)
 }
 
