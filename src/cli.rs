@@ -259,7 +259,8 @@ pub struct RunArgs {
     /// finds a project whose mark was lost.
     #[arg(long, env = "PACKAGE_EXECUTOR_FULL_SCAN")]
     pub full_scan: bool,
-    /// Push the run's metrics to this Prometheus Pushgateway (POST URL/metrics/job/JOB/shard/I).
+    /// Push the run's metrics to this Prometheus Pushgateway
+    /// (POST URL/metrics/job/JOB/instance/INSTANCE/kind/KIND/shard/I).
     #[arg(long, env = "PACKAGE_EXECUTOR_METRICS_PUSH_URL")]
     pub metrics_push_url: Option<String>,
     /// The `job` grouping key of the push.
@@ -269,6 +270,10 @@ pub struct RunArgs {
         env = "PACKAGE_EXECUTOR_METRICS_JOB"
     )]
     pub metrics_job: String,
+    /// The `instance` grouping key of the push: which release in which namespace (the chart
+    /// sets `<release>.<namespace>`), so that two releases never overwrite each other's group.
+    #[arg(long, default_value = "", env = "PACKAGE_EXECUTOR_METRICS_INSTANCE")]
+    pub metrics_instance: String,
     /// Also write the metrics here, atomically (node_exporter's textfile collector).
     #[arg(long, env = "PACKAGE_EXECUTOR_METRICS_FILE")]
     pub metrics_file: Option<PathBuf>,

@@ -510,6 +510,9 @@ fn chart_pushes_metrics_and_renders_alert_rules() {
         "http://pushgateway.monitoring:9091"
     );
     assert_eq!(value("PACKAGE_EXECUTOR_METRICS_JOB"), "package_executor");
+    // The grouping key's instance names the release and its namespace.
+    let instance = value("PACKAGE_EXECUTOR_METRICS_INSTANCE");
+    assert!(instance.starts_with("pe."), "{instance}");
     let policy = find(&all, "NetworkPolicy", "pe");
     assert!(
         policy["spec"]["egress"]

@@ -208,22 +208,28 @@ fn expected(summary: &Value) -> BTreeMap<String, f64> {
         ("already-current", "alreadyCurrent"),
         ("claimed-elsewhere", "claimedElsewhere"),
     ] {
-        if n(&summary[key]) > 0.0 {
-            out.insert(
-                format!("package_executor_last_run_projects{{outcome={outcome}}}"),
-                n(&summary[key]),
-            );
-        }
+        // Every outcome, zeros included.
+        out.insert(
+            format!("package_executor_last_run_projects{{outcome={outcome}}}"),
+            n(&summary[key]),
+        );
     }
     for (outcome, key) in [
         ("rejected", "rejected"),
         ("unresolved", "unresolved"),
         ("integrity-violation", "integrity"),
     ] {
-        for (reason, count) in summary[key].as_object().unwrap() {
+        let reasons = summary[key].as_object().unwrap();
+        for (reason, count) in reasons {
             out.insert(
                 format!("package_executor_last_run_projects{{outcome={outcome},reason={reason}}}"),
                 n(count),
+            );
+        }
+        if reasons.is_empty() {
+            out.insert(
+                format!("package_executor_last_run_projects{{outcome={outcome}}}"),
+                0.0,
             );
         }
     }
@@ -274,7 +280,17 @@ async fn run_and_check(url: &str, extra: &[&str], want_exit: i32, dir: &Path) ->
         .expect("a push")
         .unwrap();
     assert_eq!(request.method, "POST");
-    assert_eq!(request.path, "/metrics/job/package_executor/shard/0");
+    // The grouping key names the writer: no instance was given (empty, in the base64 form),
+    // and a full scan is the sweep.
+    let kind = if extra.contains(&"--full-scan") {
+        "sweep"
+    } else {
+        "recovery"
+    };
+    assert_eq!(
+        request.path,
+        format!("/metrics/job/package_executor/instance@base64/=/kind/{kind}/shard/0")
+    );
     assert_eq!(
         request.content_type,
         "text/plain; version=0.0.4; charset=utf-8"

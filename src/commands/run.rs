@@ -164,6 +164,8 @@ pub async fn run(cli: &Cli, args: &RunArgs) -> anyhow::Result<i32> {
     let sinks = crate::metrics::Sinks {
         push_url: args.metrics_push_url.clone(),
         job: args.metrics_job.clone(),
+        instance: args.metrics_instance.clone(),
+        kind: if args.full_scan { "sweep" } else { "recovery" },
         file: args.metrics_file.clone(),
     };
     // Metrics never change the outcome: a failed push or write is a warning, here and below.

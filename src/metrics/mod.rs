@@ -33,12 +33,13 @@ type Labels = Vec<(&'static str, String)>;
 pub fn encode(summary: &RunSummary, end_unix_seconds: f64) -> String {
     let mut registry = Registry::default();
     let projects = Family::<Labels, Gauge>::default();
+    // Every outcome on every run, zeros included: POST replaces a family whole, so a series
+    // of an earlier run (an `unresolved` that has cleared since) never survives to keep an
+    // alert firing.
     let outcome = |name: &'static str, n: u64| {
-        if n > 0 {
-            projects
-                .get_or_create(&vec![("outcome", name.to_owned())])
-                .set(clamp(n));
-        }
+        projects
+            .get_or_create(&vec![("outcome", name.to_owned())])
+            .set(clamp(n));
     };
     outcome("published", summary.published);
     outcome("replayed", summary.replayed);
@@ -49,13 +50,19 @@ pub fn encode(summary: &RunSummary, end_unix_seconds: f64) -> String {
         ("unresolved", &summary.unresolved),
         ("integrity-violation", &summary.integrity),
     ] {
+        let mut any = false;
         for (reason, n) in counts.iter().filter(|(_, n)| **n > 0) {
+            any = true;
             projects
                 .get_or_create(&vec![
                     ("outcome", name.to_owned()),
                     ("reason", reason.clone()),
                 ])
                 .set(clamp(*n));
+        }
+        // One series per reason with a count; none, and the outcome's zero stands alone.
+        if !any {
+            outcome(name, 0);
         }
     }
     registry.register(
@@ -122,6 +129,10 @@ pub struct Sinks {
     pub push_url: Option<String>,
     /// The `<job>` of the push path.
     pub job: String,
+    /// The `<instance>` of the push path: which release, in which namespace.
+    pub instance: String,
+    /// The `<kind>` of the push path: `recovery` for `run`, `sweep` for `run --full-scan`.
+    pub kind: &'static str,
     /// A file for node_exporter's textfile collector.
     pub file: Option<std::path::PathBuf>,
 }
@@ -143,7 +154,13 @@ impl Sinks {
         let text = encode(summary, end);
         let mut warnings = Vec::new();
         if let Some(url) = &self.push_url {
-            let target = push::Target::new(url, &self.job, summary.shard.index);
+            let target = push::Target::new(
+                url,
+                &self.job,
+                &self.instance,
+                self.kind,
+                summary.shard.index,
+            );
             if let Err(e) = push::push(&target, &text).await {
                 warnings.push(format!("metrics push failed: {e}"));
             }
@@ -163,7 +180,7 @@ mod tests {
     use crate::report::Shard;
 
     #[test]
-    fn one_series_per_non_zero_count_and_success_only_on_exit_0() {
+    fn every_outcome_every_run_and_success_only_on_exit_0() {
         let mut s = RunSummary::new(Shard { index: 0, count: 1 });
         s.published = 3;
         s.rejected.insert("forbidden-field".into(), 1);
@@ -173,7 +190,16 @@ mod tests {
         assert!(text.contains(
             "package_executor_last_run_projects{outcome=\"rejected\",reason=\"forbidden-field\"} 1\n"
         ));
-        assert!(!text.contains("outcome=\"replayed\""));
+        // Zeros too, so that a cleared problem replaces the series that fired its alert.
+        assert!(text.contains("package_executor_last_run_projects{outcome=\"replayed\"} 0\n"));
+        assert!(text.contains("package_executor_last_run_projects{outcome=\"unresolved\"} 0\n"));
+        assert!(
+            text.contains(
+                "package_executor_last_run_projects{outcome=\"integrity-violation\"} 0\n"
+            )
+        );
+        // A reason with a count stands for its outcome; no reason-less zero beside it.
+        assert!(!text.contains("package_executor_last_run_projects{outcome=\"rejected\"} "));
         assert!(text.contains("package_executor_last_success_timestamp_seconds 1700000000.5\n"));
         s.exit_code = 3;
         assert!(!encode(&s, 1.0).contains("last_success"));

@@ -1,4 +1,7 @@
-//! Pushing the metrics text to a Prometheus Pushgateway: `POST <url>/metrics/job/<job>/shard/<i>`.
+//! Pushing the metrics text to a Prometheus Pushgateway:
+//! `POST <url>/metrics/job/<job>/instance/<instance>/kind/<kind>/shard/<i>` (contract section
+//! 10). The grouping key identifies the writer (the release and namespace through `instance`,
+//! the recovery Jobs or the sweep through `kind`, the shard), so no two writers share a group.
 //! POST replaces only the metric families it sends, so `last_success_timestamp_seconds` from an
 //! earlier successful run survives a failed run (which does not send it). Each try is bounded
 //! (10 s) and there is one retry, so a Pushgateway that is down or slow costs a run at most
@@ -24,30 +27,41 @@ pub struct Target {
 }
 
 impl Target {
-    /// `<base>/metrics/job/<job>/shard/<index>`, the grouping key escaped as a path segment.
-    pub fn new(base: &str, job: &str, shard_index: u64) -> Self {
-        Self {
-            url: format!(
-                "{}/metrics/job/{}/shard/{shard_index}",
-                base.trim_end_matches('/'),
-                segment(job)
-            ),
+    /// `<base>/metrics/job/<job>/instance/<instance>/kind/<kind>/shard/<index>`, each value in
+    /// its own path segment.
+    pub fn new(base: &str, job: &str, instance: &str, kind: &str, shard_index: u64) -> Self {
+        let mut url = format!("{}/metrics", base.trim_end_matches('/'));
+        for (label, value) in [
+            ("job", job),
+            ("instance", instance),
+            ("kind", kind),
+            ("shard", &shard_index.to_string()),
+        ] {
+            url.push('/');
+            url.push_str(&segment(label, value));
         }
+        Self { url }
     }
 }
 
-/// Percent-encodes everything but unreserved characters (RFC 3986), so a job name cannot add
-/// path segments.
-fn segment(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
+/// `label/value`, or the Pushgateway's `label@base64/<base64url>` form when the value cannot
+/// stand in a path segment as it is (it is empty, or holds anything but unreserved characters,
+/// a `/` among them).
+fn segment(label: &str, value: &str) -> String {
+    use base64::Engine as _;
+    let plain = !value.is_empty()
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~'));
+    if plain {
+        format!("{label}/{value}")
+    } else if value.is_empty() {
+        // The Pushgateway's spelling of an empty value.
+        format!("{label}@base64/=")
+    } else {
+        let encoded = base64::engine::general_purpose::URL_SAFE.encode(value);
+        format!("{label}@base64/{encoded}")
     }
-    out
 }
 
 /// POSTs `text`; `Err` says what went wrong on the last try.
@@ -105,14 +119,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_path_carries_job_and_shard() {
+    fn the_path_carries_the_whole_grouping_key() {
         assert_eq!(
-            Target::new("http://pgw:9091/", "package_executor", 2).url,
-            "http://pgw:9091/metrics/job/package_executor/shard/2"
+            Target::new(
+                "http://pgw:9091/",
+                "package_executor",
+                "pe.prod",
+                "recovery",
+                2
+            )
+            .url,
+            "http://pgw:9091/metrics/job/package_executor/instance/pe.prod/kind/recovery/shard/2"
         );
+        // A value that cannot stand in a segment, and an empty one, in the base64 form.
         assert_eq!(
-            Target::new("http://pgw:9091", "a/b c", 0).url,
-            "http://pgw:9091/metrics/job/a%2Fb%20c/shard/0"
+            Target::new("http://pgw:9091", "a/b c", "", "sweep", 0).url,
+            "http://pgw:9091/metrics/job@base64/YS9iIGM=/instance@base64/=/kind/sweep/shard/0"
         );
     }
 }

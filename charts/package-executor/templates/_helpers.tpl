@@ -81,6 +81,8 @@ containers:
         value: {{ .Values.metrics.pushUrl | quote }}
       - name: PACKAGE_EXECUTOR_METRICS_JOB
         value: {{ .Values.metrics.job | quote }}
+      - name: PACKAGE_EXECUTOR_METRICS_INSTANCE
+        value: {{ printf "%s.%s" .Release.Name .Release.Namespace | quote }}
       {{- end }}
       {{- if gt (int .Values.run.shards) 1 }}
       - name: PACKAGE_EXECUTOR_SHARD_COUNT
