@@ -113,7 +113,10 @@ fn assert_hardened(pod: &PodSpec, memory: &str) {
 
 fn assert_run_job(spec: &JobSpec, memory: &str) {
     let rules = &spec.pod_failure_policy.as_ref().unwrap().rules;
-    let fail = rules.iter().find(|r| r.action == "FailJob").unwrap();
+    // Fail fast on the codes retrying cannot help: the Job, or in Indexed mode the shard.
+    let fail = rules.iter().find(|r| r.on_exit_codes.is_some()).unwrap();
+    let indexed = spec.completion_mode.as_deref() == Some("Indexed");
+    assert_eq!(fail.action, if indexed { "FailIndex" } else { "FailJob" });
     assert_eq!(
         fail.on_exit_codes.as_ref().unwrap().values,
         vec![1, 2, 5, 6]
@@ -123,7 +126,8 @@ fn assert_run_job(spec: &JobSpec, memory: &str) {
         ignore.on_pod_conditions.as_ref().unwrap()[0].type_,
         "DisruptionTarget"
     );
-    assert_eq!(spec.active_deadline_seconds, Some(1800));
+    // Every attempt gets its full 1800 s, and each of the 3 retries its delay (6 minutes).
+    assert_eq!(spec.active_deadline_seconds, Some(4 * 1800 + 3 * 360));
     assert_eq!(spec.ttl_seconds_after_finished, Some(86_400));
     let pod = spec.template.spec.as_ref().unwrap();
     assert_hardened(pod, memory);
@@ -275,6 +279,16 @@ fn chart_lints_validates_and_parses() {
     assert_eq!(sweep_job.backoff_limit_per_index, Some(3));
     assert_eq!(sweep_job.backoff_limit, None);
     assert_run_job(&sweep_job, "240Mi");
+    // The sweep's pods are labelled as the sweep, not as a recovery Job's.
+    let sweep_labels = sweep_job
+        .template
+        .metadata
+        .as_ref()
+        .unwrap()
+        .labels
+        .as_ref()
+        .unwrap();
+    assert_eq!(sweep_labels["app.kubernetes.io/component"], "sweep");
     let sweep_pod = sweep_job.template.spec.unwrap();
     assert_eq!(
         sweep_pod.containers[0].args.as_deref(),
@@ -570,6 +584,17 @@ fn dry_run(extra: &[&str]) -> Job {
     .args(extra);
     let yaml = run(&mut cmd);
     validate("dry-run", &yaml);
+    // Strict YAML parsers refuse a mapping with a key twice (it once printed apiVersion and
+    // kind twice): every top-level key once.
+    let mut top: Vec<&str> = yaml
+        .lines()
+        .filter(|l| !l.starts_with([' ', '-', '#']) && !l.is_empty())
+        .filter_map(|l| l.split_once(':').map(|(k, _)| k))
+        .collect();
+    let all = top.len();
+    top.sort_unstable();
+    top.dedup();
+    assert_eq!(top.len(), all, "a top-level key twice:\n{yaml}");
     let d = docs(&yaml);
     assert_eq!(d.len(), 1);
     serde_json::from_value(d[0].clone()).unwrap()
@@ -616,4 +641,47 @@ fn trigger_dry_run_validates_and_parses() {
     let pod = spec.template.spec.unwrap();
     assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
     assert_eq!(pod.containers[0].image.as_deref(), Some("example/custom:1"));
+}
+
+/// Every name and label value within Kubernetes' limits for the longest release name Helm
+/// allows (53 characters), with every option on: 63 for names and label values, 52 for a
+/// CronJob (its Jobs get 11 more characters) and a StatefulSet (its pods' revision label).
+#[test]
+fn names_fit_for_a_53_character_release() {
+    let release = "a".repeat(53);
+    let mut args = vec![
+        "template",
+        &release,
+        "charts/package-executor",
+        "--kube-version",
+        KUBE_VERSION,
+    ];
+    args.extend(ALL_ON);
+    let rendered = helm(&args);
+    validate("53-character release", &rendered);
+    let all = docs(&rendered);
+    assert!(all.len() > 8, "every option renders its objects");
+    for d in &all {
+        let kind = d["kind"].as_str().unwrap();
+        let name = d["metadata"]["name"].as_str().unwrap();
+        let limit = if matches!(kind, "CronJob" | "StatefulSet") {
+            52
+        } else {
+            63
+        };
+        assert!(
+            name.len() <= limit,
+            "{kind} {name}: {} > {limit}",
+            name.len()
+        );
+        let mut labels = vec![&d["metadata"]["labels"]];
+        labels.push(&d["spec"]["template"]["metadata"]["labels"]);
+        labels.push(&d["spec"]["jobTemplate"]["spec"]["template"]["metadata"]["labels"]);
+        for map in labels.into_iter().filter_map(Value::as_object) {
+            for (key, value) in map {
+                let value = value.as_str().unwrap_or_default();
+                assert!(value.len() <= 63, "{kind} {name}: label {key}={value}");
+            }
+        }
+    }
 }

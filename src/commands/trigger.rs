@@ -35,10 +35,8 @@ pub fn job_for(args: &TriggerArgs, namespace: Option<&str>) -> anyhow::Result<Jo
 pub async fn trigger(args: &TriggerArgs) -> anyhow::Result<i32> {
     if args.dry_run {
         let job = job_for(args, args.namespace.as_deref())?;
-        let mut yaml =
-            serde_norway::to_string(&serde_json::json!({"apiVersion": "batch/v1", "kind": "Job"}))?;
-        yaml.push_str(&serde_norway::to_string(&job)?);
-        print!("{yaml}");
+        // k8s-openapi writes apiVersion and kind itself.
+        print!("{}", serde_norway::to_string(&job)?);
         return Ok(exit::OK);
     }
     let client = match kube::Client::try_default().await {

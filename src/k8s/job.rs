@@ -23,6 +23,8 @@ pub const COMPONENT_LABEL: &str = "app.kubernetes.io/component";
 pub const PUBLICATION_ANNOTATION: &str = "qinglong.io/publication-id";
 /// Container name (also used by the pod failure policy).
 pub const CONTAINER: &str = "executor";
+/// Retries of a pod (of each index, in Indexed mode).
+pub const BACKOFF_LIMIT: i32 = 3;
 /// Exit codes after which retrying cannot help: error, usage, integrity, rejected.
 pub const FAIL_FAST_EXIT_CODES: [i32; 4] = [1, 2, 5, 6];
 
@@ -39,7 +41,8 @@ pub struct JobSettings {
     pub service_account: String,
     /// `--memory-budget` of the run, in bytes.
     pub memory_budget: u64,
-    /// `activeDeadlineSeconds`.
+    /// Each attempt's time (the Job-wide `activeDeadlineSeconds` is
+    /// [`JobSettings::job_deadline_seconds`]).
     pub active_deadline_seconds: i64,
     /// `terminationGracePeriodSeconds`.
     pub termination_grace_seconds: i64,
@@ -66,6 +69,16 @@ impl JobSettings {
     /// minute to spare, so the summary is always written before Kubernetes kills the pod.
     pub fn run_deadline_seconds(&self) -> i64 {
         (self.active_deadline_seconds - self.termination_grace_seconds - 60).max(60)
+    }
+
+    /// The Job-wide `activeDeadlineSeconds`: it counts across all of a Job's pods, so it
+    /// leaves every attempt (the first and [`BACKOFF_LIMIT`] retries) its full
+    /// [`active_deadline_seconds`](Self::active_deadline_seconds), plus Kubernetes' delay before
+    /// each retry (at most 6 minutes). Before, a run that reached its deadline left its retry
+    /// about 80 seconds.
+    pub fn job_deadline_seconds(&self) -> i64 {
+        let retries = i64::from(BACKOFF_LIMIT);
+        (retries + 1) * self.active_deadline_seconds + retries * 360
     }
 
     /// Memory limit: the revision budget, half as much again for decoding copies, plus 96 MiB
@@ -185,8 +198,13 @@ pub fn default_job(s: &JobSettings) -> Job {
     };
     let failure_policy = PodFailurePolicy {
         rules: vec![
+            // Retrying cannot help; in Indexed mode only that shard stops.
             PodFailurePolicyRule {
-                action: "FailJob".into(),
+                action: if s.shards.is_some() {
+                    "FailIndex".into()
+                } else {
+                    "FailJob".into()
+                },
                 on_exit_codes: Some(PodFailurePolicyOnExitCodesRequirement {
                     container_name: Some(CONTAINER.into()),
                     operator: "In".into(),
@@ -205,7 +223,7 @@ pub fn default_job(s: &JobSettings) -> Job {
         ],
     };
     let mut spec = JobSpec {
-        active_deadline_seconds: Some(s.active_deadline_seconds),
+        active_deadline_seconds: Some(s.job_deadline_seconds()),
         ttl_seconds_after_finished: Some(86_400),
         pod_failure_policy: Some(failure_policy),
         template: PodTemplateSpec {
@@ -219,9 +237,9 @@ pub fn default_job(s: &JobSettings) -> Job {
             spec.completion_mode = Some("Indexed".into());
             spec.completions = Some(n);
             spec.parallelism = Some(n);
-            spec.backoff_limit_per_index = Some(3);
+            spec.backoff_limit_per_index = Some(BACKOFF_LIMIT);
         }
-        None => spec.backoff_limit = Some(3),
+        None => spec.backoff_limit = Some(BACKOFF_LIMIT),
     }
     Job {
         metadata: ObjectMeta::default(),

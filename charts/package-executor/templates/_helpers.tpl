@@ -2,6 +2,17 @@
 {{- printf "%s-%s" .Release.Name .Chart.Name | trunc 52 | trimSuffix "-" -}}
 {{- end -}}
 
+{{/* A name with a suffix, within a limit: (list $ "suffix" limit). The full name is cut so
+that the suffix always fits: 63 for most objects, 52 for a CronJob (its Jobs get 11 more
+characters) and a StatefulSet (its pods' revision label does). */}}
+{{- define "pe.name" -}}
+{{- $root := index . 0 -}}
+{{- $suffix := index . 1 -}}
+{{- $limit := int (index . 2) -}}
+{{- $base := include "pe.fullname" $root | trunc (int (sub $limit (add1 (len $suffix)))) | trimSuffix "-" -}}
+{{- printf "%s-%s" $base $suffix -}}
+{{- end -}}
+
 {{- define "pe.labels" -}}
 app.kubernetes.io/name: package-executor
 app.kubernetes.io/instance: {{ .Release.Name }}
@@ -21,7 +32,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 
 {{- define "pe.secret" -}}
 {{- if or .Values.database.create .Values.postgresql.enabled -}}
-{{- printf "%s-db" (include "pe.fullname" .) -}}
+{{- include "pe.name" (list . "db" 63) -}}
 {{- else -}}
 {{- .Values.database.existingSecret -}}
 {{- end -}}
@@ -46,7 +57,8 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- printf "%ds" (max 60 (sub (sub (int .Values.run.activeDeadlineSeconds) (int .Values.run.terminationGracePeriodSeconds)) 60)) -}}
 {{- end -}}
 
-{{/* The pod spec shared by the recovery Job and the sweep. */}}
+{{/* The pod spec shared by the recovery Job and the sweep; call with
+(dict "Values" .Values "Release" .Release "Chart" .Chart "sweep" <bool>). */}}
 {{- define "pe.runPod" -}}
 restartPolicy: Never
 serviceAccountName: {{ include "pe.serviceAccount" . }}
@@ -57,7 +69,7 @@ containers:
   - name: executor
     image: {{ include "pe.image" . }}
     imagePullPolicy: {{ .Values.image.pullPolicy }}
-    args: ["run"{{ if .Values.run.failOnRejected }}, "--fail-on-rejected"{{ end }}]
+    args: ["run"{{ if .sweep }}, "--full-scan"{{ end }}{{ if .Values.run.failOnRejected }}, "--fail-on-rejected"{{ end }}]
     env:
       - name: DATABASE_URL
         valueFrom:
@@ -118,9 +130,16 @@ volumes:
 {{- end }}
 {{- end -}}
 
+{{/* The Job-wide deadline: every attempt (the first and backoffLimit retries) gets its full
+run.activeDeadlineSeconds, plus Kubernetes' delay before each retry (at most 6 minutes). */}}
+{{- define "pe.jobDeadline" -}}
+{{- $retries := int .Values.run.backoffLimit -}}
+{{- add (mul (add1 $retries) (int .Values.run.activeDeadlineSeconds)) (mul $retries 360) -}}
+{{- end -}}
+
 {{/* The Job spec shared by the recovery Job and the sweep. */}}
 {{- define "pe.runJobSpec" -}}
-activeDeadlineSeconds: {{ .Values.run.activeDeadlineSeconds }}
+activeDeadlineSeconds: {{ include "pe.jobDeadline" . }}
 ttlSecondsAfterFinished: {{ .Values.run.ttlSecondsAfterFinished }}
 {{- if gt (int .Values.run.shards) 1 }}
 completionMode: Indexed
@@ -132,7 +151,8 @@ backoffLimit: {{ .Values.run.backoffLimit }}
 {{- end }}
 podFailurePolicy:
   rules:
-    - action: FailJob
+    # Retrying cannot help these exits; in Indexed mode only that shard stops (FailIndex).
+    - action: {{ if gt (int .Values.run.shards) 1 }}FailIndex{{ else }}FailJob{{ end }}
       onExitCodes:
         containerName: executor
         operator: In
@@ -145,7 +165,7 @@ template:
   metadata:
     labels:
       {{- include "pe.selector" . | nindent 6 }}
-      app.kubernetes.io/component: snapshot-recovery
+      app.kubernetes.io/component: {{ if .sweep }}sweep{{ else }}snapshot-recovery{{ end }}
   spec:
     {{- include "pe.runPod" . | nindent 4 }}
 {{- end -}}
