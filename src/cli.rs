@@ -132,7 +132,15 @@ pub struct TriggerArgs {
     /// Namespace (default: the kubeconfig's or the pod's).
     #[arg(long, env = "PACKAGE_EXECUTOR_NAMESPACE")]
     pub namespace: Option<String>,
-    /// A batch/v1 Job in YAML whose spec is used as given.
+    /// The suspended CronJob whose `jobTemplate` the Job is made from, as `kubectl create job
+    /// --from=cronjob/NAME` does (the chart installs `<release>-package-executor-recovery`).
+    #[arg(
+        long,
+        env = "PACKAGE_EXECUTOR_FROM_CRONJOB",
+        conflicts_with_all = ["job_template", "dry_run"]
+    )]
+    pub from_cronjob: Option<String>,
+    /// A batch/v1 Job, or a CronJob (its `jobTemplate`), in YAML, whose spec is used as given.
     #[arg(long, env = "PACKAGE_EXECUTOR_JOB_TEMPLATE")]
     pub job_template: Option<PathBuf>,
     /// Container image of the default Job.

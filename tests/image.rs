@@ -1,6 +1,7 @@
 //! The container image, run with podman: `--version`, `--help`, `demo` in a writable scratch
-//! directory, then the chart's own pods as `helm template` renders them (migrate, the recovery
-//! Job's two Indexed shards, the sweep), each container with its command, arguments,
+//! directory, then the chart's own pods as `helm template` renders them (migrate, a recovery
+//! Job's two Indexed shards from the suspended template CronJob, the sweep), each container with
+//! its command, arguments,
 //! environment (the rendered Secret's values filled in, the downward API's too), TLS mounts,
 //! user, read-only root filesystem and no capabilities, against a PostgreSQL on the host that
 //! takes only `verify-full` TLS with client-certificate logins.
@@ -456,10 +457,12 @@ async fn the_charts_pods_run_in_the_image() {
     let admin = db.admin().await;
     db::import(&admin, db::DEMO).await;
 
-    // The recovery Job: two Indexed shards side by side.
-    let recovery = object(&objects, "Job", "-recovery-1");
-    assert_eq!(recovery["spec"]["completionMode"], "Indexed");
-    let pod = &recovery["spec"]["template"];
+    // A recovery Job, as `trigger --from-cronjob` makes it of the chart's suspended template:
+    // two Indexed shards side by side.
+    let recovery = object(&objects, "CronJob", "-recovery");
+    let job = &recovery["spec"]["jobTemplate"]["spec"];
+    assert_eq!(job["completionMode"], "Indexed");
+    let pod = &job["template"];
     let (a, b) = tokio::join!(
         run_pod(
             &objects,

@@ -78,12 +78,37 @@ fn find<'a>(docs: &'a [Value], kind: &str, name_part: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no {kind} named *{name_part}*"))
 }
 
-fn hook_weight(doc: &Value) -> i64 {
-    doc["metadata"]["annotations"]["helm.sh/hook-weight"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap()
+/// The object of `kind` named exactly `name`.
+fn named<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    docs.iter()
+        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name}"))
+}
+
+/// Supporting objects are ordinary release resources (`helm uninstall` removes them, an
+/// upgrade restarts nothing that did not change); only what must run at a point of the
+/// lifecycle is a hook: the migration, and the short Job that creates a release's recovery Job.
+fn assert_only_lifecycle_hooks(docs: &[Value]) {
+    for d in docs {
+        let name = d["metadata"]["name"].as_str().unwrap();
+        let hook = d["metadata"]["annotations"]["helm.sh/hook"].as_str();
+        match hook {
+            None => {}
+            Some("post-install,pre-upgrade") => assert!(name.ends_with("-migrate"), "{name}"),
+            Some("post-install,post-upgrade") => {
+                assert!(name.contains("-release-"), "{name}")
+            }
+            Some(other) => panic!("{} {name} is a {other} hook", d["kind"]),
+        }
+    }
+}
+
+/// The spec of the suspended CronJob whose jobTemplate every recovery Job is made from.
+fn recovery_template(docs: &[Value]) -> JobSpec {
+    let cron: CronJob = serde_json::from_value(find(docs, "CronJob", "recovery").clone()).unwrap();
+    let spec = cron.spec.unwrap();
+    assert_eq!(spec.suspend, Some(true), "a template, never scheduled");
+    spec.job_template.spec.unwrap()
 }
 
 /// The properties every executor pod must have.
@@ -188,37 +213,23 @@ fn chart_lints_validates_and_parses() {
     ]);
     validate("default", &default);
     let d = docs(&default);
+    assert_only_lifecycle_hooks(&d);
     let migrate = find(&d, "Job", "migrate");
-    let recovery = find(&d, "Job", "recovery");
     assert_eq!(
         migrate["metadata"]["annotations"]["helm.sh/hook"],
-        "pre-install,pre-upgrade"
+        "post-install,pre-upgrade"
     );
-    assert_eq!(
-        recovery["metadata"]["annotations"]["helm.sh/hook"],
-        "post-install,post-upgrade"
-    );
-    for (kind, name) in [
-        ("ServiceAccount", "pe"),
-        ("Role", "pe"),
-        ("RoleBinding", "pe"),
-        ("NetworkPolicy", "pe"),
-    ] {
-        assert!(
-            hook_weight(find(&d, kind, name)) < hook_weight(migrate),
-            "{kind} exists before the migration hook"
-        );
-    }
     assert!(
         !d.iter()
-            .any(|x| x["kind"] == "Secret" || x["kind"] == "CronJob" || x["kind"] == "StatefulSet")
+            .any(|x| x["kind"] == "Secret" || x["kind"] == "StatefulSet")
     );
-    let job: Job = serde_json::from_value(recovery.clone()).unwrap();
-    assert_eq!(
-        job.metadata.annotations.as_ref().unwrap()["qinglong.io/publication-id"],
-        "release-1"
-    );
-    let spec = job.spec.unwrap();
+    assert!(!d.iter().any(|x| {
+        x["metadata"]["name"]
+            .as_str()
+            .is_some_and(|n| n.ends_with("-sweep"))
+    }));
+    // The recovery Job's one definition: a suspended CronJob's jobTemplate.
+    let spec = recovery_template(&d);
     assert_eq!(spec.backoff_limit, Some(3));
     assert_run_job(&spec, "240Mi");
     let migrate: Job = serde_json::from_value(migrate.clone()).unwrap();
@@ -240,12 +251,47 @@ fn chart_lints_validates_and_parses() {
         secret_key(spec.template.spec.as_ref().unwrap()),
         "executor-url"
     );
-    let role = find(&d, "Role", "pe");
+    let role = named(&d, "Role", "pe-package-executor");
     assert_eq!(
         role["rules"].as_array().unwrap().len(),
         1,
-        "Events only by default"
+        "the run pods may record Events, nothing else"
     );
+    // The release hook that creates each publication's recovery Job runs as trigger's own
+    // account, which holds no database login; the run and migrate pods cannot create Jobs.
+    let release = find(&d, "Job", "-release-1");
+    let release_pod = &release["spec"]["template"]["spec"];
+    assert_eq!(
+        release_pod["serviceAccountName"],
+        "pe-package-executor-trigger"
+    );
+    assert!(
+        release_pod["containers"][0]
+            .get("env")
+            .is_none_or(|env| { !env.to_string().contains("secretKeyRef") })
+    );
+    let args: Vec<&str> = release_pod["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        &args[..5],
+        [
+            "trigger",
+            "--from-cronjob",
+            "pe-package-executor-recovery",
+            "--publication-id",
+            "release-1"
+        ]
+    );
+    for pod in [
+        &find(&d, "Job", "migrate")["spec"]["template"]["spec"],
+        &find(&d, "CronJob", "recovery")["spec"]["jobTemplate"]["spec"]["template"]["spec"],
+    ] {
+        assert_eq!(pod["serviceAccountName"], "pe-package-executor");
+    }
 
     let mut all_args = vec![
         "template",
@@ -258,19 +304,24 @@ fn chart_lints_validates_and_parses() {
     let all = helm(&all_args);
     validate("all-on", &all);
     let a = docs(&all);
+    assert_only_lifecycle_hooks(&a);
     let migrate = find(&a, "Job", "migrate");
-    for (kind, name) in [
-        ("Secret", "db"),
-        ("StatefulSet", "postgresql"),
-        ("Service", "postgresql"),
-        ("ConfigMap", "postgresql"),
-    ] {
-        assert!(
-            hook_weight(find(&a, kind, name)) < hook_weight(migrate),
-            "{kind} exists before the migration hook"
-        );
-    }
-    assert_eq!(find(&a, "Role", "pe")["rules"].as_array().unwrap().len(), 2);
+    assert_eq!(
+        named(&a, "Role", "pe-package-executor")["rules"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    let trigger_role = named(&a, "Role", "pe-package-executor-trigger");
+    assert_eq!(
+        trigger_role["rules"],
+        serde_json::json!([
+            {"apiGroups": ["batch"], "resources": ["cronjobs"], "verbs": ["get"]},
+            {"apiGroups": ["batch"], "resources": ["jobs"],
+             "verbs": ["create", "delete", "get", "list", "watch"]}
+        ])
+    );
     let cron: CronJob = serde_json::from_value(find(&a, "CronJob", "sweep").clone()).unwrap();
     let cron_spec = cron.spec.unwrap();
     assert_eq!(cron_spec.concurrency_policy.as_deref(), Some("Forbid"));
@@ -396,11 +447,8 @@ fn chart_mounts_tls_material_for_each_job() {
     let out = helm(&args);
     validate("tls", &out);
     let d = docs(&out);
-    let recovery: Job = serde_json::from_value(find(&d, "Job", "recovery").clone()).unwrap();
-    assert_tls(
-        recovery.spec.unwrap().template.spec.as_ref().unwrap(),
-        "pe-executor-cert",
-    );
+    let recovery = recovery_template(&d);
+    assert_tls(recovery.template.spec.as_ref().unwrap(), "pe-executor-cert");
     let migrate: Job = serde_json::from_value(find(&d, "Job", "migrate").clone()).unwrap();
     assert_tls(
         migrate.spec.unwrap().template.spec.as_ref().unwrap(),
@@ -508,8 +556,8 @@ fn chart_pushes_metrics_and_renders_alert_rules() {
         }
         assert!(named > 0, "{expr} names a metric");
     }
-    let recovery: Job = serde_json::from_value(find(&all, "Job", "recovery").clone()).unwrap();
-    let env = recovery.spec.unwrap().template.spec.unwrap().containers[0]
+    let recovery = recovery_template(&all);
+    let env = recovery.template.spec.unwrap().containers[0]
         .env
         .clone()
         .unwrap();
@@ -627,14 +675,15 @@ fn trigger_dry_run_validates_and_parses() {
     assert_eq!(indexed.backoff_limit_per_index, Some(3));
     assert_run_job(&indexed, "480Mi");
 
-    // A template's spec is used as given; name, labels, annotation and restartPolicy are set.
+    // A template's spec is used as given; labels, annotation and restartPolicy are set, and
+    // the name is the template's own with the publication's hash.
     let dir = tempfile::tempdir().unwrap();
     let template = dir.path().join("job.yaml");
     std::fs::write(&template, "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: whatever\nspec:\n  backoffLimit: 9\n  template:\n    spec:\n      restartPolicy: OnFailure\n      containers:\n        - name: executor\n          image: example/custom:1\n").unwrap();
     let job = dry_run(&["--job-template", template.to_str().unwrap()]);
     assert_eq!(
         job.metadata.name.as_deref(),
-        Some(package_executor::k8s::job::job_name("pub-7").as_str())
+        Some(package_executor::k8s::job::job_name_with("whatever", "pub-7").as_str())
     );
     let spec = job.spec.unwrap();
     assert_eq!(spec.backoff_limit, Some(9));
@@ -684,4 +733,50 @@ fn names_fit_for_a_53_character_release() {
             }
         }
     }
+}
+
+/// What `trigger` submits is the chart's recovery Job: made from the rendered template
+/// CronJob (as `--from-cronjob` makes it from the one in the cluster), its Job spec is the
+/// template's, whole: service account, Secret, environment, TLS mounts, labels, security
+/// context, resources and failure policy.
+#[test]
+fn trigger_submits_the_charts_recovery_job() {
+    let mut args = vec![
+        "template",
+        "pe",
+        "charts/package-executor",
+        "--kube-version",
+        KUBE_VERSION,
+        "--set",
+        "run.shards=2",
+    ];
+    args.extend(TLS_ON);
+    let rendered = docs(&helm(&args));
+    let cron = find(&rendered, "CronJob", "recovery");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("recovery.yaml");
+    std::fs::write(&file, serde_norway::to_string(cron).unwrap()).unwrap();
+    let job = dry_run(&["--job-template", file.to_str().unwrap()]);
+    let template: JobSpec =
+        serde_json::from_value(cron["spec"]["jobTemplate"]["spec"].clone()).unwrap();
+    assert_eq!(
+        job.spec.as_ref().unwrap(),
+        &template,
+        "the template's Job spec, whole"
+    );
+    let pod = template.template.spec.as_ref().unwrap();
+    assert_eq!(
+        pod.service_account_name.as_deref(),
+        Some("pe-package-executor")
+    );
+    assert_tls(pod, "pe-executor-cert");
+    let name = job.metadata.name.as_deref().unwrap();
+    assert!(name.starts_with("pe-package-executor-recovery-"), "{name}");
+    let labels = job.metadata.labels.as_ref().unwrap();
+    assert_eq!(labels["app.kubernetes.io/instance"], "pe");
+    assert_eq!(labels["app.kubernetes.io/component"], "snapshot-recovery");
+    assert_eq!(
+        job.metadata.annotations.as_ref().unwrap()["qinglong.io/publication-id"],
+        "pub-7"
+    );
 }

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use http::{Method, Request, Response, StatusCode};
-use k8s_openapi::api::batch::v1::{Job, JobCondition, JobStatus};
+use k8s_openapi::api::batch::v1::{CronJob, Job, JobCondition, JobStatus};
 use kube::client::Body;
 use kube::{Api, Client};
 use package_executor::k8s::job::{self, JobSettings, PUBLICATION_ANNOTATION};
@@ -88,6 +88,7 @@ async fn expect(
     assert_eq!(request.method(), method);
     assert_eq!(request.uri().path(), path);
     let query = request.uri().query().unwrap_or("").to_owned();
+    record(&method, path, &query);
     let bytes = request.into_body().collect_bytes().await.unwrap();
     let body = if bytes.is_empty() {
         serde_json::Value::Null
@@ -95,6 +96,34 @@ async fn expect(
         serde_json::from_slice(&bytes).unwrap()
     };
     (body, query, send)
+}
+
+/// Every (resource, verb) `trigger` was seen to use, across the tests: what its Role must grant.
+static USED: std::sync::Mutex<std::collections::BTreeSet<(String, String)>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+/// Notes the RBAC verb of a request: GET of a named object is `get`, of a collection `list`
+/// (or `watch` with `watch=true`), POST `create`, DELETE `delete`.
+fn record(method: &Method, path: &str, query: &str) {
+    // The Event test's requests are the run pods', not trigger's.
+    if !path.starts_with("/apis/batch/") {
+        return;
+    }
+    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    // apis/batch/v1/namespaces/ns/<resource>[/<name>]
+    let resource = parts[5].to_owned();
+    let named = parts.len() > 6;
+    let verb = match (method.as_str(), named) {
+        ("GET", true) => "get",
+        ("GET", false) if query.contains("watch=true") => "watch",
+        ("GET", false) => "list",
+        ("POST", _) => "create",
+        ("DELETE", _) => "delete",
+        (other, _) => panic!("trigger sent {other} {path}"),
+    };
+    USED.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert((resource, verb.to_owned()));
 }
 
 fn opts(wait: bool, replace_failed: bool) -> TriggerOptions {
@@ -372,4 +401,111 @@ async fn a_failed_job_already_gone_is_created_again() {
     });
     assert_eq!(trigger(&api, &job, &opts(false, true)).await.unwrap(), 0);
     server.await.unwrap();
+}
+
+/// `--from-cronjob`: the template is read from the cluster, and the Job made of it is owned by
+/// the CronJob and carries its spec.
+#[tokio::test]
+async fn from_cronjob_reads_the_template_and_creates_the_job_of_it() {
+    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = Client::new(service, "ns");
+    let crons: Api<CronJob> = Api::namespaced(client.clone(), "ns");
+    let jobs: Api<Job> = Api::namespaced(client, "ns");
+    let server = tokio::spawn(async move {
+        let path = "/apis/batch/v1/namespaces/ns/cronjobs/pe-package-executor-recovery";
+        let (_, _, send) = expect(&mut handle, Method::GET, path).await;
+        let cron = serde_json::json!({"apiVersion": "batch/v1", "kind": "CronJob",
+            "metadata": {"name": "pe-package-executor-recovery", "uid": "uid-7"},
+            "spec": {"schedule": "0 0 31 2 *", "suspend": true, "jobTemplate": {
+                "metadata": {"labels": {"app.kubernetes.io/instance": "pe"}},
+                "spec": {"backoffLimit": 3, "template": {"spec": {
+                    "serviceAccountName": "pe-package-executor",
+                    "containers": [{"name": "executor", "image": "img:1"}]}}}}}});
+        send.send_response(json(StatusCode::OK, &cron));
+        let (body, _, send) = expect(&mut handle, Method::POST, JOBS).await;
+        assert_eq!(body["metadata"]["ownerReferences"][0]["uid"], "uid-7");
+        assert_eq!(
+            body["spec"]["template"]["spec"]["serviceAccountName"],
+            "pe-package-executor"
+        );
+        assert_eq!(
+            body["metadata"]["labels"]["app.kubernetes.io/instance"],
+            "pe"
+        );
+        let created: Job = serde_json::from_value(body).unwrap();
+        send.send_response(json(StatusCode::CREATED, &running(created)));
+    });
+    let template = package_executor::k8s::trigger::template_from_cluster(
+        &crons,
+        "pe-package-executor-recovery",
+    )
+    .await
+    .unwrap();
+    let job = job::build(&JobSettings::new("pub-9"), Some(template), Some("ns"));
+    assert!(
+        job.metadata
+            .name
+            .as_deref()
+            .unwrap()
+            .starts_with("pe-package-executor-recovery-")
+    );
+    assert_eq!(trigger(&jobs, &job, &opts(false, false)).await.unwrap(), 0);
+    server.await.unwrap();
+}
+
+/// The chart's Role for `trigger` grants exactly the verbs `trigger` uses, read off the requests
+/// these tests see (every path `trigger` has is run here first), not written down by hand.
+#[test]
+fn the_charts_trigger_role_grants_exactly_what_trigger_uses() {
+    creates_the_job();
+    conflict_attaches_to_our_job();
+    failed_job_is_replaced_only_with_replace_failed();
+    a_job_deleted_while_waiting_is_a_failure();
+    wait_ends_complete_with_0();
+    from_cronjob_reads_the_template_and_creates_the_job_of_it();
+    let used = USED.lock().unwrap().clone();
+    let helm = {
+        let local = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools/bin/helm");
+        if local.exists() { local } else { "helm".into() }
+    };
+    let out = std::process::Command::new(helm)
+        .args([
+            "template",
+            "pe",
+            "charts/package-executor",
+            "--show-only",
+            "templates/rbac.yaml",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("helm (scripts/test.sh installs it into .tools/bin)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut granted = std::collections::BTreeSet::new();
+    for doc in text.split("\n---") {
+        let Ok(role) = serde_norway::from_str::<serde_json::Value>(doc) else {
+            continue;
+        };
+        if role["kind"] != "Role" || role["metadata"]["name"] != "pe-package-executor-trigger" {
+            continue;
+        }
+        for rule in role["rules"].as_array().unwrap() {
+            for resource in rule["resources"].as_array().unwrap() {
+                for verb in rule["verbs"].as_array().unwrap() {
+                    granted.insert((
+                        resource.as_str().unwrap().to_owned(),
+                        verb.as_str().unwrap().to_owned(),
+                    ));
+                }
+            }
+        }
+    }
+    assert_eq!(
+        granted, used,
+        "the trigger Role against the calls trigger makes"
+    );
 }

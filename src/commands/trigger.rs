@@ -1,7 +1,7 @@
 //! `trigger`: the recovery Job from the command line.
 
 use anyhow::Context as _;
-use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::batch::v1::{CronJob, Job};
 use kube::Api;
 
 use crate::cli::TriggerArgs;
@@ -9,8 +9,8 @@ use crate::k8s::job::{self, JobSettings};
 use crate::k8s::trigger::{TriggerOptions, trigger as run_trigger};
 use crate::report::exit;
 
-/// The Job `trigger` would create, from flags and an optional template.
-pub fn job_for(args: &TriggerArgs, namespace: Option<&str>) -> anyhow::Result<Job> {
+/// The settings of the default Job (used only without a template).
+fn settings_of(args: &TriggerArgs) -> JobSettings {
     let mut settings = JobSettings::new(&args.publication_id);
     if let Some(image) = &args.image {
         settings.image.clone_from(image);
@@ -18,12 +18,19 @@ pub fn job_for(args: &TriggerArgs, namespace: Option<&str>) -> anyhow::Result<Jo
     settings.database_secret.clone_from(&args.database_secret);
     settings.memory_budget = args.memory_budget;
     settings.shards = args.shards;
+    settings
+}
+
+/// The Job `trigger` would create, from flags and an optional template file.
+pub fn job_for(args: &TriggerArgs, namespace: Option<&str>) -> anyhow::Result<Job> {
+    let settings = settings_of(args);
     let template = match &args.job_template {
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("reading {}", path.display()))?;
-            let job: Job = serde_norway::from_str(&text)
-                .with_context(|| format!("{} is not a batch/v1 Job in YAML", path.display()))?;
+            let job = job::template_from_yaml(&text).map_err(|e| {
+                anyhow::anyhow!("{}: {e}; give a batch/v1 Job or CronJob", path.display())
+            })?;
             Some(job)
         }
         None => None,
@@ -52,7 +59,19 @@ pub async fn trigger(args: &TriggerArgs) -> anyhow::Result<i32> {
         .namespace
         .clone()
         .unwrap_or_else(|| client.default_namespace().to_owned());
-    let job = job_for(args, Some(&namespace))?;
+    let job = match &args.from_cronjob {
+        Some(name) => {
+            let crons: Api<CronJob> = Api::namespaced(client.clone(), &namespace);
+            match crate::k8s::trigger::template_from_cluster(&crons, name).await {
+                Ok(template) => job::build(&settings_of(args), Some(template), Some(&namespace)),
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return Ok(exit::ERROR);
+                }
+            }
+        }
+        None => job_for(args, Some(&namespace))?,
+    };
     let api: Api<Job> = Api::namespaced(client, &namespace);
     let opts = TriggerOptions {
         replace_failed: args.replace_failed,

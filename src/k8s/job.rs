@@ -1,9 +1,10 @@
-//! The recovery Job of contract section 12, built purely from settings or a template.
+//! The recovery Job of contract section 12, built purely from a template (the `jobTemplate` of
+//! the chart's suspended recovery CronJob, or a file) or, without one, from settings.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::{
-    Job, JobSpec, PodFailurePolicy, PodFailurePolicyOnExitCodesRequirement,
+    CronJob, Job, JobSpec, PodFailurePolicy, PodFailurePolicyOnExitCodesRequirement,
     PodFailurePolicyOnPodConditionsPattern, PodFailurePolicyRule,
 };
 use k8s_openapi::api::core::v1::{
@@ -12,7 +13,7 @@ use k8s_openapi::api::core::v1::{
     SecurityContext,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use sha2::{Digest as _, Sha256};
 
 /// `app.kubernetes.io/name`.
@@ -88,10 +89,84 @@ impl JobSettings {
     }
 }
 
+/// The name prefix of Jobs made without a named template.
+pub const DEFAULT_PREFIX: &str = "package-executor";
+
 /// `package-executor-<first 12 hex digits of sha256(ID)>`.
 pub fn job_name(publication_id: &str) -> String {
+    job_name_with(DEFAULT_PREFIX, publication_id)
+}
+
+/// `<prefix>-<first 12 hex digits of sha256(ID)>`, the prefix cut so that the name stays
+/// within Kubernetes' 63 characters (and ends in no `-` before the hash's).
+pub fn job_name_with(prefix: &str, publication_id: &str) -> String {
     let hash = hex::encode(Sha256::digest(publication_id.as_bytes()));
-    format!("package-executor-{}", &hash[..12])
+    let room = 63 - 13;
+    let cut = prefix
+        .char_indices()
+        .nth(room)
+        .map_or(prefix, |(i, _)| &prefix[..i]);
+    format!("{}-{}", cut.trim_end_matches('-'), &hash[..12])
+}
+
+/// The Job a CronJob's `jobTemplate` describes, as `kubectl create job --from=cronjob/NAME`
+/// makes it: the template's labels, annotations and spec as given, named after the CronJob (the
+/// prefix of the Jobs made from it), owned by it when it comes from the cluster (its `uid` is
+/// known), and marked as instantiated by hand.
+pub fn from_cron_job(cron: &CronJob) -> Result<Job, String> {
+    let name = cron
+        .metadata
+        .name
+        .clone()
+        .ok_or("the CronJob has no name")?;
+    let template = cron
+        .spec
+        .as_ref()
+        .map(|s| s.job_template.clone())
+        .ok_or_else(|| format!("CronJob {name} has no spec"))?;
+    let spec = template
+        .spec
+        .ok_or_else(|| format!("CronJob {name} has no jobTemplate.spec"))?;
+    let meta = template.metadata.unwrap_or_default();
+    let mut annotations = meta.annotations.unwrap_or_default();
+    annotations.insert("cronjob.kubernetes.io/instantiate".into(), "manual".into());
+    let owner = cron.metadata.uid.clone().map(|uid| OwnerReference {
+        api_version: "batch/v1".into(),
+        kind: "CronJob".into(),
+        name: name.clone(),
+        uid,
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    });
+    Ok(Job {
+        metadata: ObjectMeta {
+            name: Some(name),
+            labels: meta.labels,
+            annotations: Some(annotations),
+            owner_references: owner.map(|o| vec![o]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(spec),
+        status: None,
+    })
+}
+
+/// A template file: a `batch/v1` Job, or a CronJob whose `jobTemplate` is used
+/// ([`from_cron_job`]).
+pub fn template_from_yaml(text: &str) -> Result<Job, String> {
+    let value: serde_json::Value =
+        serde_norway::from_str(text).map_err(|e| format!("not YAML: {e}"))?;
+    match value["kind"].as_str() {
+        Some("CronJob") => {
+            let cron: CronJob = serde_json::from_value(value)
+                .map_err(|e| format!("not a batch/v1 CronJob: {e}"))?;
+            from_cron_job(&cron)
+        }
+        Some("Job") | None => {
+            serde_json::from_value(value).map_err(|e| format!("not a batch/v1 Job: {e}"))
+        }
+        Some(other) => Err(format!("a {other}, not a Job or a CronJob")),
+    }
 }
 
 fn env(name: &str, value: impl Into<String>) -> EnvVar {
@@ -251,7 +326,8 @@ pub fn default_job(s: &JobSettings) -> Job {
 /// Applies the name, labels and annotation to a Job (default or template), keeping
 /// `restartPolicy: Never`.
 pub fn finalize(mut job: Job, publication_id: &str, namespace: Option<&str>) -> Job {
-    job.metadata.name = Some(job_name(publication_id));
+    let prefix = job.metadata.name.as_deref().unwrap_or(DEFAULT_PREFIX);
+    job.metadata.name = Some(job_name_with(prefix, publication_id));
     job.metadata.generate_name = None;
     if let Some(ns) = namespace {
         job.metadata.namespace = Some(ns.to_owned());
@@ -279,6 +355,43 @@ pub fn build(settings: &JobSettings, template: Option<Job>, namespace: Option<&s
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_take_the_templates_prefix_within_63_characters() {
+        assert_eq!(job_name("pub-1"), job_name_with(DEFAULT_PREFIX, "pub-1"));
+        let long = "x".repeat(70);
+        let name = job_name_with(&long, "pub-1");
+        assert_eq!(name.len(), 63, "{name}");
+        let name = job_name_with(&format!("{}-", "y".repeat(49)), "pub-1");
+        assert!(!name.contains("--"), "{name}");
+    }
+
+    #[test]
+    fn a_cron_jobs_template_becomes_the_job() {
+        let yaml = "apiVersion: batch/v1\nkind: CronJob\nmetadata: {name: pe-recovery, uid: u-1}\n\
+                    spec:\n  schedule: '0 0 31 2 *'\n  suspend: true\n  jobTemplate:\n    \
+                    metadata: {labels: {team: a}}\n    spec:\n      backoffLimit: 2\n      \
+                    template:\n        spec:\n          serviceAccountName: pe-run\n          \
+                    containers: [{name: executor, image: img}]\n";
+        let job = finalize(template_from_yaml(yaml).unwrap(), "pub-1", Some("ns"));
+        assert_eq!(
+            job.metadata.name.as_deref(),
+            Some(job_name_with("pe-recovery", "pub-1").as_str())
+        );
+        let labels = job.metadata.labels.as_ref().unwrap();
+        assert_eq!(labels["team"], "a");
+        assert_eq!(labels[COMPONENT_LABEL], "snapshot-recovery");
+        let spec = job.spec.as_ref().unwrap();
+        assert_eq!(spec.backoff_limit, Some(2), "the template's spec as given");
+        let pod = spec.template.spec.as_ref().unwrap();
+        assert_eq!(pod.service_account_name.as_deref(), Some("pe-run"));
+        assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
+        assert_eq!(
+            job.metadata.owner_references.as_ref().unwrap()[0].kind,
+            "CronJob"
+        );
+        assert!(template_from_yaml("kind: Pod\n").is_err());
+    }
 
     #[test]
     fn names_and_deadlines() {

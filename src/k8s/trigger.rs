@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::batch::v1::{CronJob, Job};
 use kube::api::{Api, DeleteParams, PostParams, PropagationPolicy};
 use kube::runtime::wait::{self, await_condition, delete::delete_and_finalize};
 
@@ -52,6 +52,9 @@ pub enum TriggerError {
         "cannot replace the failed Job: {0}; check RBAC (delete/list/watch jobs), or delete it by hand"
     )]
     Delete(#[from] wait::delete::Error),
+    /// The template CronJob is missing or unusable.
+    #[error("{0}")]
+    Template(String),
     /// The Job has no name (a bug).
     #[error("the Job has no name")]
     Unnamed,
@@ -89,6 +92,17 @@ fn annotation(job: &Job) -> Option<String> {
         .as_ref()
         .and_then(|a| a.get(PUBLICATION_ANNOTATION))
         .cloned()
+}
+
+/// The Job template of CronJob `name` in the cluster ([`super::job::from_cron_job`]).
+pub async fn template_from_cluster(api: &Api<CronJob>, name: &str) -> Result<Job, TriggerError> {
+    match api.get_opt(name).await? {
+        Some(cron) => super::job::from_cron_job(&cron).map_err(TriggerError::Template),
+        None => Err(TriggerError::Template(format!(
+            "no CronJob {name} in this namespace: give the chart's recovery template \
+             (<release>-package-executor-recovery; `kubectl get cronjobs`), or --namespace"
+        ))),
+    }
 }
 
 /// Runs `trigger` against an API; returns the exit code (0, 7, 124) or an error (exit 1).

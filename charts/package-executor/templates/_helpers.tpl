@@ -30,6 +30,12 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- default (include "pe.fullname" .) .Values.serviceAccount.name -}}
 {{- end -}}
 
+{{/* The account of `trigger` in the cluster (the release hook, or an operator's own Job): it
+may read the recovery template and create Jobs, and holds no database login. */}}
+{{- define "pe.triggerServiceAccount" -}}
+{{- include "pe.name" (list . "trigger" 63) -}}
+{{- end -}}
+
 {{- define "pe.secret" -}}
 {{- if or .Values.database.create .Values.postgresql.enabled -}}
 {{- include "pe.name" (list . "db" 63) -}}
