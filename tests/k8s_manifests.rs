@@ -780,3 +780,68 @@ fn trigger_submits_the_charts_recovery_job() {
         "pub-7"
     );
 }
+
+/// `values.schema.json` is strict: a typo in a key, or a wrong type, is an error that names it.
+#[test]
+fn the_values_schema_refuses_unknown_keys_and_wrong_types() {
+    for (set, says) in [
+        ("run.shard=2", "Additional property shard is not allowed"),
+        (
+            "sweep.enabld=true",
+            "Additional property enabld is not allowed",
+        ),
+        ("run.shards=two", "Expected: integer"),
+        ("database.tls.sslmode=verify_full", "database.tls.sslmode"),
+    ] {
+        let out = Command::new(tool("helm"))
+            .args(["template", "pe", "charts/package-executor", "--set", set])
+            .current_dir(root())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{set} was accepted");
+        assert!(err.contains(says), "{set}: {err}");
+    }
+}
+
+/// The development PostgreSQL's password reaches a URL (percent-encoded), SQL (quotes doubled)
+/// and YAML (quoted) intact, with the longest release name: the objects validate and the URL
+/// gives the password back.
+#[test]
+fn a_password_with_quote_at_slash_and_percent_renders_a_working_url() {
+    let password = "it's@a/100%";
+    let release = "b".repeat(53);
+    let rendered = helm(&[
+        "template",
+        &release,
+        "charts/package-executor",
+        "--kube-version",
+        KUBE_VERSION,
+        "--set",
+        "postgresql.enabled=true",
+        "--set-string",
+        &format!("postgresql.password={password}"),
+    ]);
+    validate("password", &rendered);
+    let all = docs(&rendered);
+    let secret = find(&all, "Secret", "-db");
+    for key in ["migrate-url", "executor-url"] {
+        let url = url::Url::parse(secret["stringData"][key].as_str().unwrap()).unwrap();
+        let decoded =
+            url::form_urlencoded::parse(format!("p={}", url.password().unwrap()).as_bytes())
+                .next()
+                .unwrap()
+                .1
+                .into_owned();
+        assert_eq!(decoded, password, "{key}: {url}");
+        assert!(url.host_str().unwrap().ends_with("-postgresql"), "{url}");
+    }
+    let init = find(&all, "ConfigMap", "postgresql-init");
+    let sql = init["data"]["01-roles.sql"].as_str().unwrap();
+    assert!(sql.contains("PASSWORD 'it''s@a/100%'"), "{sql}");
+    let pg = find(&all, "StatefulSet", "postgresql");
+    assert_eq!(
+        pg["spec"]["template"]["spec"]["containers"][0]["env"][0]["value"],
+        password
+    );
+}

@@ -36,6 +36,12 @@ may read the recovery template and create Jobs, and holds no database login. */}
 {{- include "pe.name" (list . "trigger" 63) -}}
 {{- end -}}
 
+{{/* The development database's password as it must stand in a URL's user part: percent-encoded
+(urlquery writes a space as "+", which a user part reads as a plus). */}}
+{{- define "pe.urlPassword" -}}
+{{- .Values.postgresql.password | urlquery | replace "+" "%20" -}}
+{{- end -}}
+
 {{- define "pe.secret" -}}
 {{- if or .Values.database.create .Values.postgresql.enabled -}}
 {{- include "pe.name" (list . "db" 63) -}}
@@ -69,6 +75,7 @@ may read the recovery template and create Jobs, and holds no database login. */}
 restartPolicy: Never
 serviceAccountName: {{ include "pe.serviceAccount" . }}
 terminationGracePeriodSeconds: {{ .Values.run.terminationGracePeriodSeconds }}
+{{- include "pe.podExtras" . }}
 securityContext:
   {{- toYaml .Values.podSecurityContext | nindent 2 }}
 containers:
@@ -121,18 +128,56 @@ containers:
     volumeMounts:
       {{- . | nindent 6 }}
     {{- end }}
+    {{- $memory := include "pe.memory" . }}
+    {{- $sized := dict "requests" (dict "cpu" "250m" "memory" $memory) "limits" (dict "memory" $memory) }}
     resources:
-      requests:
-        cpu: {{ .Values.resources.requests.cpu }}
-        memory: {{ include "pe.memory" . }}
-      limits:
-        memory: {{ include "pe.memory" . }}
+      {{- toYaml (mergeOverwrite $sized (deepCopy .Values.resources)) | nindent 6 }}
     securityContext:
       {{- toYaml .Values.securityContext | nindent 6 }}
     terminationMessagePolicy: FallbackToLogsOnError
 {{- with (include "pe.tlsVolumes" (dict "root" . "cert" .Values.database.tls.clientCert.executorSecret) | trim) }}
 volumes:
   {{- . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* What every pod of the chart carries beside its own spec: image pull secrets and the
+scheduling values. */}}
+{{- define "pe.podExtras" -}}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.priorityClassName }}
+priorityClassName: {{ . | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* Pod template metadata: the selector labels, the component, and the user's labels and
+annotations (a mesh's sidecar opt-out, say). Call with (list $ "component"). */}}
+{{- define "pe.podMeta" -}}
+{{- $root := index . 0 -}}
+labels:
+  {{- include "pe.selector" $root | nindent 2 }}
+  app.kubernetes.io/component: {{ index . 1 }}
+  {{- with $root.Values.podLabels }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- with $root.Values.podAnnotations }}
+annotations:
+  {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end -}}
 
@@ -169,9 +214,7 @@ podFailurePolicy:
           status: "True"
 template:
   metadata:
-    labels:
-      {{- include "pe.selector" . | nindent 6 }}
-      app.kubernetes.io/component: {{ if .sweep }}sweep{{ else }}snapshot-recovery{{ end }}
+    {{- include "pe.podMeta" (list . (ternary "sweep" "snapshot-recovery" (eq .sweep true))) | nindent 4 }}
   spec:
     {{- include "pe.runPod" . | nindent 4 }}
 {{- end -}}
