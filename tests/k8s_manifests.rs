@@ -447,6 +447,7 @@ fn chart_mounts_tls_material_for_each_job() {
     let out = helm(&args);
     validate("tls", &out);
     let d = docs(&out);
+    assert_only_lifecycle_hooks(&d);
     let recovery = recovery_template(&d);
     assert_tls(recovery.template.spec.as_ref().unwrap(), "pe-executor-cert");
     let migrate: Job = serde_json::from_value(find(&d, "Job", "migrate").clone()).unwrap();

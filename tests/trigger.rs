@@ -403,10 +403,57 @@ async fn a_failed_job_already_gone_is_created_again() {
     server.await.unwrap();
 }
 
-/// `--from-cronjob`: the template is read from the cluster, and the Job made of it is owned by
-/// the CronJob and carries its spec.
+/// The chart's recovery template CronJob, rendered by helm with TLS and two shards, as the
+/// cluster would hold it (with a uid).
+fn rendered_recovery_cron_job() -> serde_json::Value {
+    let out = std::process::Command::new(helm())
+        .args([
+            "template",
+            "pe",
+            "charts/package-executor",
+            "--show-only",
+            "templates/recovery-job.yaml",
+            "--set",
+            "run.shards=2",
+            "--set",
+            "database.tls.sslmode=verify-full",
+            "--set",
+            "database.tls.ca.configMap=db-ca",
+            "--set",
+            "database.tls.clientCert.executorSecret=pe-executor-cert",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("helm (scripts/test.sh installs it into .tools/bin)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut cron = text
+        .split("\n---")
+        .filter_map(|doc| serde_norway::from_str::<serde_json::Value>(doc).ok())
+        .find(|d| d["kind"] == "CronJob")
+        .expect("the recovery CronJob");
+    cron["metadata"]["uid"] = "uid-7".into();
+    cron
+}
+
+fn helm() -> std::path::PathBuf {
+    let local = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools/bin/helm");
+    if local.exists() { local } else { "helm".into() }
+}
+
+/// `--from-cronjob` through kube's mock service: the chart's template is read from the
+/// cluster, and the Job submitted is the chart's recovery Job: its spec (service account,
+/// Secret, environment, TLS mounts, pod labels, security context, resources, failure policy)
+/// is the template's, whole, with the publication's name, labels and annotation added, owned by
+/// the CronJob.
 #[tokio::test]
 async fn from_cronjob_reads_the_template_and_creates_the_job_of_it() {
+    let cron = rendered_recovery_cron_job();
+    let template_spec = cron["spec"]["jobTemplate"]["spec"].clone();
     let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let client = Client::new(service, "ns");
     let crons: Api<CronJob> = Api::namespaced(client.clone(), "ns");
@@ -414,23 +461,28 @@ async fn from_cronjob_reads_the_template_and_creates_the_job_of_it() {
     let server = tokio::spawn(async move {
         let path = "/apis/batch/v1/namespaces/ns/cronjobs/pe-package-executor-recovery";
         let (_, _, send) = expect(&mut handle, Method::GET, path).await;
-        let cron = serde_json::json!({"apiVersion": "batch/v1", "kind": "CronJob",
-            "metadata": {"name": "pe-package-executor-recovery", "uid": "uid-7"},
-            "spec": {"schedule": "0 0 31 2 *", "suspend": true, "jobTemplate": {
-                "metadata": {"labels": {"app.kubernetes.io/instance": "pe"}},
-                "spec": {"backoffLimit": 3, "template": {"spec": {
-                    "serviceAccountName": "pe-package-executor",
-                    "containers": [{"name": "executor", "image": "img:1"}]}}}}}});
         send.send_response(json(StatusCode::OK, &cron));
         let (body, _, send) = expect(&mut handle, Method::POST, JOBS).await;
-        assert_eq!(body["metadata"]["ownerReferences"][0]["uid"], "uid-7");
+        assert_eq!(body["spec"], template_spec, "the chart's Job spec, whole");
+        let pod = &body["spec"]["template"]["spec"];
+        assert_eq!(pod["serviceAccountName"], "pe-package-executor");
         assert_eq!(
-            body["spec"]["template"]["spec"]["serviceAccountName"],
-            "pe-package-executor"
+            pod["containers"][0]["env"][0]["valueFrom"]["secretKeyRef"]["name"],
+            "package-executor-db"
         );
+        assert!(pod["volumes"].to_string().contains("pe-executor-cert"));
+        assert_eq!(body["metadata"]["ownerReferences"][0]["uid"], "uid-7");
         assert_eq!(
             body["metadata"]["labels"]["app.kubernetes.io/instance"],
             "pe"
+        );
+        assert_eq!(
+            body["metadata"]["labels"]["app.kubernetes.io/component"],
+            "snapshot-recovery"
+        );
+        assert_eq!(
+            body["metadata"]["annotations"][PUBLICATION_ANNOTATION],
+            "pub-9"
         );
         let created: Job = serde_json::from_value(body).unwrap();
         send.send_response(json(StatusCode::CREATED, &running(created)));
@@ -464,11 +516,7 @@ fn the_charts_trigger_role_grants_exactly_what_trigger_uses() {
     wait_ends_complete_with_0();
     from_cronjob_reads_the_template_and_creates_the_job_of_it();
     let used = USED.lock().unwrap().clone();
-    let helm = {
-        let local = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools/bin/helm");
-        if local.exists() { local } else { "helm".into() }
-    };
-    let out = std::process::Command::new(helm)
+    let out = std::process::Command::new(helm())
         .args([
             "template",
             "pe",
