@@ -35,6 +35,15 @@ if ! command -v ip >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq iproute2 >/dev/null
 fi
 
+# promtool (Debian's prometheus package) for the alert rules' unit tests (tests/alerts.rs).
+if ! command -v promtool >/dev/null 2>&1; then
+  echo "promtool not found: installing the prometheus package" >&2
+  SUDO=""
+  [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+fi
+
 # helm (for the chart tests) and kubernetes-validate (offline Kubernetes schemas), into .tools/.
 mkdir -p .tools/bin
 if [ ! -x .tools/bin/helm ] && ! command -v helm >/dev/null 2>&1; then
