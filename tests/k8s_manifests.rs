@@ -531,10 +531,14 @@ fn chart_pushes_metrics_and_renders_alert_rules() {
     assert_eq!(
         alerts,
         [
-            "PackageExecutorRunFailed",
+            "PackageExecutorConfigurationError",
+            "PackageExecutorDatabaseUnavailable",
+            "PackageExecutorRejectedPackages",
             "PackageExecutorProjectsUnresolved",
             "PackageExecutorReplayMismatch",
-            "PackageExecutorNoRecentSuccess"
+            "PackageExecutorNoRecentSuccess",
+            "PackageExecutorNeverSucceeded",
+            "PackageExecutorNoRuns",
         ]
     );
     for r in rules {
@@ -542,6 +546,12 @@ fn chart_pushes_metrics_and_renders_alert_rules() {
         assert!(r["labels"]["severity"].is_string());
         assert!(
             r["annotations"]["summary"].is_string() && r["annotations"]["description"].is_string()
+        );
+        assert!(
+            r["annotations"]["runbook_url"]
+                .as_str()
+                .is_some_and(|u| u.contains("operations.md#")),
+            "{r}"
         );
         let mut named = 0;
         for (i, _) in expr.match_indices("package_executor_") {
