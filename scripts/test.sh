@@ -35,13 +35,16 @@ if ! command -v ip >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq iproute2 >/dev/null
 fi
 
-# promtool (Debian's prometheus package) for the alert rules' unit tests (tests/alerts.rs).
-if ! command -v promtool >/dev/null 2>&1; then
-  echo "promtool not found: installing the prometheus package" >&2
+# Prometheus, promtool and the Pushgateway from Debian, for the alert rules' unit tests
+# (tests/alerts.rs) and the metrics end to end (tests/prometheus_e2e.rs); run as plain processes
+# on loopback by the tests, never as services.
+if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus-pushgateway >/dev/null 2>&1; then
+  echo "installing Debian's prometheus and prometheus-pushgateway packages" >&2
   SUDO=""
   [ "$(id -u)" = 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+    prometheus prometheus-pushgateway >/dev/null
 fi
 
 # helm (for the chart tests) and kubernetes-validate (offline Kubernetes schemas), into .tools/.
