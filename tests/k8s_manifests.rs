@@ -184,7 +184,9 @@ fn helm(args: &[&str]) -> String {
     run(Command::new(tool("helm")).args(args).current_dir(root()))
 }
 
-const ALL_ON: [&str; 10] = [
+const ALL_ON: [&str; 12] = [
+    "--set",
+    "metrics.dashboard.enabled=true",
     "--set",
     "postgresql.enabled=true",
     "--set",

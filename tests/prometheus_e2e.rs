@@ -283,4 +283,29 @@ async fn alerts_fire_and_clear_per_writer_with_the_real_stack() {
         |v| v["data"]["result"].as_array().is_some_and(|r| r.len() == 1),
     );
     assert_eq!(zeros["data"]["result"][0]["value"][1], "0");
+
+    // Every panel of the chart's dashboard has series to show after these runs.
+    let dashboard: Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("charts/package-executor/dashboards/package-executor.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().unwrap() {
+            let expr = target["expr"].as_str().unwrap();
+            let answer = until(prometheus, &query(expr), expr, |v| {
+                v["data"]["result"]
+                    .as_array()
+                    .is_some_and(|r| !r.is_empty())
+            });
+            println!(
+                "panel {:?}: {} series",
+                panel["title"].as_str().unwrap(),
+                answer["data"]["result"].as_array().unwrap().len()
+            );
+        }
+    }
 }
