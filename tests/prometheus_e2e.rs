@@ -213,30 +213,46 @@ async fn alerts_fire_and_clear_per_writer_with_the_real_stack() {
         "before any run: firing {:?}",
         firing(&until(prometheus, alerts, "alerts", |_| true))
     );
-    assert_eq!(run(&a, gateway, "rel-a.ns", &[]).await, 0);
-    assert_eq!(run(&b, gateway, "rel-b.ns", &[]).await, 5);
-    // A's sweep fails on its rejected demo project (--fail-on-rejected).
-    assert_eq!(
-        run(
+    // Each run, then the alerts that must be firing once Prometheus has scraped and evaluated.
+    let mismatch_b = "PackageExecutorReplayMismatch{rel-b.ns,recovery}".to_owned();
+    let rejected_a = "PackageExecutorRejectedPackages{rel-a.ns,sweep}".to_owned();
+    let steps: [(&str, &str, &str, &[&str], i32, Vec<String>); 3] = [
+        ("A recovery", &a, "rel-a.ns", &[], 0, vec![]),
+        (
+            "B recovery (forged row)",
+            &b,
+            "rel-b.ns",
+            &[],
+            5,
+            vec![mismatch_b.clone()],
+        ),
+        (
+            "A sweep --fail-on-rejected",
             &a,
-            gateway,
             "rel-a.ns",
-            &["--full-scan", "--fail-on-rejected"]
-        )
-        .await,
-        6
-    );
-    let want = [
-        "PackageExecutorRejectedPackages{rel-a.ns,sweep}".to_owned(),
-        "PackageExecutorReplayMismatch{rel-b.ns,recovery}".to_owned(),
+            &["--full-scan", "--fail-on-rejected"],
+            6,
+            vec![rejected_a.clone(), mismatch_b.clone()],
+        ),
     ];
-    let now = until(prometheus, alerts, "the two alerts fire", |v| {
-        firing(v) == want
-    });
-    println!(
-        "after A recovery 0, B recovery 5, A sweep 6: firing {:?}",
-        firing(&now)
-    );
+    for (what, url, instance, extra, code, want) in steps {
+        assert_eq!(run(url, gateway, instance, extra).await, code, "{what}");
+        let kind = if extra.contains(&"--full-scan") {
+            "sweep"
+        } else {
+            "recovery"
+        };
+        // Scraped: the writer's exit code is in Prometheus...
+        let scraped = format!(
+            "package_executor_last_run_exit_code{{instance=\"{instance}\",kind=\"{kind}\"}} == {code}"
+        );
+        until(prometheus, &query(&scraped), what, |v| {
+            v["data"]["result"].as_array().is_some_and(|r| r.len() == 1)
+        });
+        // ...and evaluated: exactly the alerts this run leaves firing.
+        let now = until(prometheus, alerts, what, |v| firing(v) == want);
+        println!("after {what} (exit {code}): firing {:?}", firing(&now));
+    }
     // Three writers, three groups: none overwrote another.
     let codes = until(
         prometheus,
@@ -270,9 +286,9 @@ async fn alerts_fire_and_clear_per_writer_with_the_real_stack() {
     // A's next sweep succeeds: its alert clears; B's mismatch (still there) keeps firing.
     assert_eq!(run(&a, gateway, "rel-a.ns", &["--full-scan"]).await, 0);
     let now = until(prometheus, alerts, "the rejection alert clears", |v| {
-        firing(v) == ["PackageExecutorReplayMismatch{rel-b.ns,recovery}".to_owned()]
+        firing(v) == [mismatch_b.clone()]
     });
-    println!("after A sweep 0: firing {:?}", firing(&now));
+    println!("after A sweep (exit 0): firing {:?}", firing(&now));
     // Every outcome is sent on every run, zeros included: A's sweep reports no rejection now.
     let zeros = until(
         prometheus,
