@@ -81,6 +81,10 @@ fn firing(alerts: &Value) -> Vec<String> {
     out
 }
 
+/// One run of the scenario: what, its database, its instance, its extra flags, the exit code
+/// it must give, and the alerts that must be firing after it.
+type Step<'a> = (&'a str, &'a str, &'a str, &'a [&'a str], i32, Vec<String>);
+
 /// A server process that is killed when the test ends.
 struct Server(std::process::Child);
 
@@ -216,7 +220,7 @@ async fn alerts_fire_and_clear_per_writer_with_the_real_stack() {
     // Each run, then the alerts that must be firing once Prometheus has scraped and evaluated.
     let mismatch_b = "PackageExecutorReplayMismatch{rel-b.ns,recovery}".to_owned();
     let rejected_a = "PackageExecutorRejectedPackages{rel-a.ns,sweep}".to_owned();
-    let steps: [(&str, &str, &str, &[&str], i32, Vec<String>); 3] = [
+    let steps: [Step; 3] = [
         ("A recovery", &a, "rel-a.ns", &[], 0, vec![]),
         (
             "B recovery (forged row)",
