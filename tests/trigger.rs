@@ -406,22 +406,31 @@ async fn a_failed_job_already_gone_is_created_again() {
 /// The chart's recovery template CronJob, rendered by helm with TLS and two shards, as the
 /// cluster would hold it (with a uid).
 fn rendered_recovery_cron_job() -> serde_json::Value {
+    let mut cron = rendered(&[
+        "--show-only",
+        "templates/recovery-job.yaml",
+        "--set",
+        "run.shards=2",
+        "--set",
+        "database.tls.sslmode=verify-full",
+        "--set",
+        "database.tls.ca.configMap=db-ca",
+        "--set",
+        "database.tls.clientCert.executorSecret=pe-executor-cert",
+    ])
+    .into_iter()
+    .find(|d| d["kind"] == "CronJob")
+    .expect("the recovery CronJob");
+    cron["metadata"]["uid"] = "uid-7".into();
+    cron
+}
+
+/// The chart rendered by helm (`helm template pe charts/package-executor ARGS`), one value per
+/// object.
+fn rendered(args: &[&str]) -> Vec<serde_json::Value> {
     let out = std::process::Command::new(helm())
-        .args([
-            "template",
-            "pe",
-            "charts/package-executor",
-            "--show-only",
-            "templates/recovery-job.yaml",
-            "--set",
-            "run.shards=2",
-            "--set",
-            "database.tls.sslmode=verify-full",
-            "--set",
-            "database.tls.ca.configMap=db-ca",
-            "--set",
-            "database.tls.clientCert.executorSecret=pe-executor-cert",
-        ])
+        .args(["template", "pe", "charts/package-executor"])
+        .args(args)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("helm (scripts/test.sh installs it into .tools/bin)");
@@ -430,14 +439,12 @@ fn rendered_recovery_cron_job() -> serde_json::Value {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let text = String::from_utf8(out.stdout).unwrap();
-    let mut cron = text
+    String::from_utf8(out.stdout)
+        .unwrap()
         .split("\n---")
         .filter_map(|doc| serde_norway::from_str::<serde_json::Value>(doc).ok())
-        .find(|d| d["kind"] == "CronJob")
-        .expect("the recovery CronJob");
-    cron["metadata"]["uid"] = "uid-7".into();
-    cron
+        .filter(serde_json::Value::is_object)
+        .collect()
 }
 
 fn helm() -> std::path::PathBuf {
@@ -516,28 +523,8 @@ fn the_charts_trigger_role_grants_exactly_what_trigger_uses() {
     wait_ends_complete_with_0();
     from_cronjob_reads_the_template_and_creates_the_job_of_it();
     let used = USED.lock().unwrap().clone();
-    let out = std::process::Command::new(helm())
-        .args([
-            "template",
-            "pe",
-            "charts/package-executor",
-            "--show-only",
-            "templates/rbac.yaml",
-        ])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("helm (scripts/test.sh installs it into .tools/bin)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
     let mut granted = std::collections::BTreeSet::new();
-    for doc in text.split("\n---") {
-        let Ok(role) = serde_norway::from_str::<serde_json::Value>(doc) else {
-            continue;
-        };
+    for role in rendered(&["--show-only", "templates/rbac.yaml"]) {
         if role["kind"] != "Role" || role["metadata"]["name"] != "pe-package-executor-trigger" {
             continue;
         }
