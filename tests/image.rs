@@ -62,20 +62,22 @@ fn scratch() -> tempfile::TempDir {
     dir
 }
 
+/// `podman run` of the image as the chart runs it (read-only root, no capabilities), with
+/// `flags` before the image and `args` after it.
+fn in_image(image: &str, flags: &[String], args: &[&str]) -> tokio::process::Command {
+    let mut cmd = podman();
+    cmd.args(["run", "--rm", "--read-only", "--cap-drop=ALL"])
+        .args(flags)
+        .arg(image)
+        .args(args);
+    cmd
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the image: scripts/test.sh builds it and runs this with --ignored"]
 async fn the_image_runs_its_commands() {
     let image = image();
-    let mut cmd = podman();
-    cmd.args([
-        "run",
-        "--rm",
-        "--read-only",
-        "--cap-drop=ALL",
-        &image,
-        "--version",
-    ]);
-    let out = output(cmd, "--version").await;
+    let out = output(in_image(&image, &[], &["--version"]), "--version").await;
     assert!(out.status.success(), "{}", text(&out.stderr));
     let version = text(&out.stdout);
     assert_eq!(
@@ -97,32 +99,17 @@ async fn the_image_runs_its_commands() {
     assert!(inspected.starts_with("65532:65532 "), "{inspected}");
     println!("image user and size (bytes): {}", inspected.trim());
 
-    let mut cmd = podman();
-    cmd.args([
-        "run",
-        "--rm",
-        "--read-only",
-        "--cap-drop=ALL",
-        &image,
-        "--help",
-    ]);
-    let out = output(cmd, "--help").await;
+    let out = output(in_image(&image, &[], &["--help"]), "--help").await;
     assert!(out.status.success());
     assert!(text(&out.stdout).contains("Usage: package-executor"));
 
     // `demo` in a writable scratch directory: migrate, import the bundled fixture, run.
     let dir = scratch();
-    let mut cmd = podman();
-    cmd.args([
-        "run",
-        "--rm",
-        "--read-only",
-        "--cap-drop=ALL",
-        "--workdir=/work",
-    ])
-    .arg(format!("--volume={}:/work", dir.path().display()))
-    .args([&image, "demo"]);
-    let out = output(cmd, "demo").await;
+    let flags = [
+        "--workdir=/work".to_owned(),
+        format!("--volume={}:/work", dir.path().display()),
+    ];
+    let out = output(in_image(&image, &flags, &["demo"]), "demo").await;
     assert!(
         out.status.success(),
         "{}\n{}",
@@ -396,23 +383,21 @@ async fn run_pod(
         .as_str()
         .unwrap_or("/dev/termination-log");
     flags.push(format!("--volume={}:{path}", message.display()));
-    let mut cmd = podman();
-    cmd.args([
-        "run",
-        "--rm",
-        "--network=host",
-        "--read-only",
-        "--cap-drop=ALL",
-    ])
-    .args(["--security-opt=no-new-privileges", "--user", &user])
-    .args(&flags);
+    flags.extend([
+        "--network=host".to_owned(),
+        "--security-opt=no-new-privileges".to_owned(),
+        format!("--user={user}"),
+    ]);
     if let Some(command) = container["command"].as_array() {
-        cmd.arg(format!("--entrypoint={}", command[0].as_str().unwrap()));
+        flags.push(format!("--entrypoint={}", command[0].as_str().unwrap()));
     }
-    cmd.arg(container["image"].as_str().unwrap());
-    for a in container["args"].as_array().unwrap() {
-        cmd.arg(a.as_str().unwrap());
-    }
+    let args: Vec<&str> = container["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    let cmd = in_image(container["image"].as_str().unwrap(), &flags, &args);
     let out = output(cmd, job).await;
     let message = std::fs::read_to_string(&message).unwrap();
     println!(
