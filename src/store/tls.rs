@@ -118,3 +118,97 @@ pub fn is_configuration(message: &str) -> bool {
     .iter()
     .any(|marker| message.contains(marker))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::str::FromStr;
+
+    use super::*;
+
+    fn apply(url: &str, env: &[(&str, &str)]) -> Result<PgSslMode, StoreError> {
+        let lookup = |k: &str| {
+            env.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| (*v).to_owned())
+        };
+        let opts =
+            PgConnectOptions::from_str(url).map_err(|e| StoreError::Config(e.to_string()))?;
+        apply_libpq_rules(opts, url, lookup).map(|o| o.get_ssl_mode())
+    }
+
+    #[test]
+    fn require_with_a_root_certificate_verifies_the_chain() {
+        let mode = apply("postgres://h/db?sslmode=require&sslrootcert=%2Fca.pem", &[]);
+        assert!(matches!(mode, Ok(PgSslMode::VerifyCa)));
+        let mode = apply(
+            "postgres://h/db?sslmode=require",
+            &[("PGSSLROOTCERT", "/ca.pem")],
+        );
+        assert!(matches!(mode, Ok(PgSslMode::VerifyCa)));
+        let mode = apply("postgres://h/db?sslmode=require", &[]);
+        assert!(matches!(mode, Ok(PgSslMode::Require)));
+        let mode = apply(
+            "postgres://h/db?sslmode=verify-full&sslrootcert=/ca.pem",
+            &[],
+        );
+        assert!(matches!(mode, Ok(PgSslMode::VerifyFull)));
+    }
+
+    #[test]
+    fn an_unknown_pgsslmode_is_refused_not_ignored() {
+        let err = apply("postgres://h/db", &[("PGSSLMODE", "verify_full")]);
+        assert!(matches!(err, Err(StoreError::Config(m)) if m.contains("verify_full")));
+        // The URL's own parameter wins over the variable, as in libpq.
+        let mode = apply("postgres://h/db?sslmode=disable", &[("PGSSLMODE", "bogus")]);
+        assert!(matches!(mode, Ok(PgSslMode::Disable)));
+    }
+
+    #[test]
+    fn query_parameters_are_decoded() {
+        assert_eq!(
+            query_param(
+                "postgres://h/db?a=1&sslrootcert=%2Fetc%2Fca.pem",
+                "sslrootcert"
+            ),
+            Some("/etc/ca.pem".to_owned())
+        );
+        assert_eq!(query_param("postgres://h/db", "sslmode"), None);
+    }
+
+    #[test]
+    fn every_tls_failure_says_which_check_failed() {
+        for (text, needle) in [
+            (
+                "invalid peer certificate: UnknownIssuer",
+                "not signed by a CA",
+            ),
+            (
+                "invalid peer certificate: certificate not valid for name \"127.0.0.2\"",
+                "does not name the host",
+            ),
+            ("server does not support TLS", "refused TLS"),
+            (
+                "no pg_hba.conf entry for host \"127.0.0.1\", user \"x\", database \"y\", no encryption",
+                "hostssl",
+            ),
+        ] {
+            assert!(hint(text).is_some_and(|h| h.contains(needle)), "{text}");
+        }
+        assert_eq!(hint("connection refused"), None);
+    }
+
+    #[test]
+    fn a_v1_certificate_says_how_to_reissue_it_and_is_configuration() {
+        let m = "invalid peer certificate: UnsupportedCertVersion";
+        assert!(hint(m).is_some_and(|h| h.contains("X.509 v1") && h.contains("-extfile")));
+        assert!(is_configuration(m));
+        for transient in [
+            "connection refused",
+            "connection reset by peer",
+            "TLS handshake eof",
+        ] {
+            assert!(!is_configuration(transient), "{transient}");
+        }
+        assert!(is_configuration("invalid peer certificate: UnknownIssuer"));
+    }
+}
