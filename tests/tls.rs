@@ -539,3 +539,162 @@ async fn a_v1_server_certificate_exits_1_and_says_how_to_reissue_it() {
     }
     cluster.stop("fast");
 }
+
+/// A *client* certificate made with the same recipe (X.509 v1), which libpq logs in with, is
+/// refused before connecting (exit 1, not the retried 8), naming the file and how to reissue
+/// it; the same login with that certificate reissued as v3 works. (rustls fails mid-handshake
+/// on a v1 client certificate, as "invalid peer certificate".)
+#[tokio::test]
+async fn a_v1_client_certificate_is_refused_at_once_and_v3_logs_in() {
+    let base = tempfile::tempdir().unwrap();
+    let cluster = PgCluster::start_in(base.path().join("pg"), "");
+    cluster.stop("fast");
+    let certs = base.path().join("certs");
+    std::fs::create_dir(&certs).unwrap();
+    let run = |args: &[&str]| openssl(&certs, args);
+    run(&[
+        "req",
+        "-new",
+        "-x509",
+        "-days",
+        "30",
+        "-nodes",
+        "-subj",
+        "/CN=test-ca",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+    ]);
+    // The server's certificate as v3, with the name verify-full checks.
+    run(&[
+        "req",
+        "-new",
+        "-nodes",
+        "-subj",
+        "/CN=localhost",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+    ]);
+    std::fs::write(certs.join("san.ext"), "subjectAltName=DNS:localhost\n").unwrap();
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-days",
+        "30",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-extfile",
+        "san.ext",
+        "-out",
+        "server.crt",
+    ]);
+    // The client's as the documentation's recipe makes it: v1, no extensions.
+    run(&[
+        "req",
+        "-new",
+        "-nodes",
+        "-subj",
+        "/CN=postgres",
+        "-keyout",
+        "client.key",
+        "-out",
+        "client.csr",
+    ]);
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "client.csr",
+        "-days",
+        "30",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "client.crt",
+    ]);
+    let text = std::process::Command::new("openssl")
+        .args(["x509", "-noout", "-text", "-in"])
+        .arg(certs.join("client.crt"))
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&text.stdout).contains("Version: 1 (0x0)"));
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(
+        certs.join("client.key"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    let read = |name: &str| std::fs::read_to_string(certs.join(name)).unwrap();
+    cluster.enable_tls(
+        &read("server.crt"),
+        &read("server.key"),
+        Some(&read("ca.crt")),
+    );
+    cluster.write_data_file(
+        "pg_hba.conf",
+        "local all all trust\nhostssl all all 127.0.0.0/8 cert\n",
+        0o600,
+    );
+    cluster.start();
+    let path = |name: &str| certs.join(name).display().to_string();
+    let url = format!(
+        "postgres://postgres@localhost:{}/postgres?sslmode=verify-full&sslrootcert={}&sslcert={}&sslkey={}",
+        cluster.port,
+        path("ca.crt"),
+        path("client.crt"),
+        path("client.key")
+    );
+    let out = exe_out(&url, &["migrate", "--create-roles"], &[]).await;
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("client certificate") && err.contains("X.509 v1") && err.contains("-extfile"),
+        "{err}"
+    );
+    // The same through PGSSLCERT, as the chart sets it.
+    let plain = format!(
+        "postgres://postgres@localhost:{}/postgres?sslmode=verify-full&sslrootcert={}",
+        cluster.port,
+        path("ca.crt")
+    );
+    let env = [
+        ("PGSSLCERT", path("client.crt")),
+        ("PGSSLKEY", path("client.key")),
+    ];
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let out = exe_out(&plain, &["migrate", "--create-roles"], &env).await;
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    // Reissued as v3 (one extension is enough), the same login works.
+    std::fs::write(certs.join("client.ext"), "extendedKeyUsage=clientAuth\n").unwrap();
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "client.csr",
+        "-days",
+        "30",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-extfile",
+        "client.ext",
+        "-out",
+        "client.crt",
+    ]);
+    let out = exe_out(&url, &["migrate", "--create-roles"], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    cluster.stop("fast");
+}

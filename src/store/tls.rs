@@ -30,11 +30,64 @@ pub fn apply_libpq_rules(
              verify-full"
         )));
     }
+    if let Some(path) = param("sslcert").or_else(|| env("PGSSLCERT"))
+        && let Ok(pem) = std::fs::read_to_string(&path)
+        && certificate_version(&pem) == Some(1)
+    {
+        // rustls cannot use an X.509 v1 certificate for the client either (it fails mid-
+        // handshake as "invalid peer certificate"); libpq can. Say so before connecting.
+        return Err(StoreError::Config(format!(
+            "the client certificate {path} is X.509 v1 (made without extensions, as PostgreSQL's \
+             `openssl x509 -req` recipe does), which package-executor's TLS library does not \
+             accept; reissue it as v3 by adding extensions, e.g. `openssl x509 -req … -extfile \
+             <(printf 'extendedKeyUsage=clientAuth')`"
+        )));
+    }
     let has_root_cert = param("sslrootcert").is_some() || env("PGSSLROOTCERT").is_some();
     Ok(match opts.get_ssl_mode() {
         PgSslMode::Require if has_root_cert => opts.ssl_mode(PgSslMode::VerifyCa),
         _ => opts,
     })
+}
+
+/// The X.509 version (1, 2 or 3) of the first certificate in a PEM text, read from its DER
+/// (`Certificate ::= SEQUENCE { tbsCertificate SEQUENCE { [0] EXPLICIT version DEFAULT v1, …`);
+/// `None` when there is no certificate or it cannot be read (sqlx then reports it).
+fn certificate_version(pem: &str) -> Option<u8> {
+    use base64::Engine as _;
+    let body = pem
+        .split("-----BEGIN CERTIFICATE-----")
+        .nth(1)?
+        .split("-----END CERTIFICATE-----")
+        .next()?;
+    let text: String = body.chars().filter(|c| !c.is_whitespace()).collect();
+    let der = base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .ok()?;
+    // Skips a tag and its length; the offset of the contents.
+    let header = |at: usize| -> Option<usize> {
+        let len = *der.get(at + 1)?;
+        Some(if len < 0x80 {
+            at + 2
+        } else {
+            at + 2 + usize::from(len & 0x7f)
+        })
+    };
+    if der.first() != Some(&0x30) {
+        return None;
+    }
+    let tbs = header(0)?;
+    if der.get(tbs) != Some(&0x30) {
+        return None;
+    }
+    let first = header(tbs)?;
+    match der.get(first)? {
+        // [0] EXPLICIT { INTEGER version }: A0 03 02 01 vv.
+        0xA0 => der.get(first + 4).map(|v| v + 1),
+        // The serial number straight away: the version was left out, so v1.
+        0x02 => Some(1),
+        _ => None,
+    }
 }
 
 /// The decoded value of one query parameter of a URL, if present.
@@ -52,10 +105,10 @@ pub fn hint(message: &str) -> Option<&'static str> {
     let m = message;
     if m.contains("UnsupportedCertVersion") {
         Some(
-            "TLS: a certificate the server presented is X.509 v1, which rustls does not accept \
-             (libpq does): PostgreSQL's `openssl x509 -req` recipe makes v1 when it adds no \
-             extensions; reissue the server's certificate (and any intermediate) as v3, e.g. \
-             `openssl x509 -req … -extfile <(printf 'subjectAltName=DNS:db.example')`",
+            "TLS: a certificate in the handshake (the server's, or the client certificate) is \
+             X.509 v1, which rustls does not accept (libpq does): PostgreSQL's `openssl x509 \
+             -req` recipe makes v1 when it adds no extensions; reissue it as v3, e.g. `openssl \
+             x509 -req … -extfile <(printf 'subjectAltName=DNS:db.example')`",
         )
     } else if m.contains("UnknownIssuer") || m.contains("unknown issuer") {
         Some(
@@ -195,6 +248,39 @@ mod tests {
             assert!(hint(text).is_some_and(|h| h.contains(needle)), "{text}");
         }
         assert_eq!(hint("connection refused"), None);
+    }
+
+    #[test]
+    fn certificate_versions_are_read_from_the_der() {
+        // rcgen makes v3 certificates.
+        let params = rcgen::CertificateParams::new(vec!["x".to_owned()]).unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let v3 = params.self_signed(&key).unwrap().pem();
+        assert_eq!(certificate_version(&v3), Some(3));
+        assert_eq!(certificate_version("no certificate here"), None);
+        // The same certificate with its [0] version field taken out reads as v1.
+        use base64::Engine as _;
+        let body: String = v3.lines().filter(|l| !l.starts_with("-----")).collect();
+        let mut der = base64::engine::general_purpose::STANDARD
+            .decode(body)
+            .unwrap();
+        let tbs = if der[1] < 0x80 {
+            2
+        } else {
+            2 + usize::from(der[1] & 0x7f)
+        };
+        let first = if der[tbs + 1] < 0x80 {
+            tbs + 2
+        } else {
+            tbs + 2 + usize::from(der[tbs + 1] & 0x7f)
+        };
+        assert_eq!(der[first], 0xA0);
+        der.drain(first..first + 5);
+        let pem = format!(
+            "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
+            base64::engine::general_purpose::STANDARD.encode(&der)
+        );
+        assert_eq!(certificate_version(&pem), Some(1));
     }
 
     #[test]
