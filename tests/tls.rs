@@ -451,6 +451,100 @@ fn openssl(dir: &Path, args: &[&str]) {
     assert!(out.status.success(), "openssl {args:?}: {}", stderr(&out));
 }
 
+/// Certificates made in `dir` with the openssl recipe of PostgreSQL's documentation: a CA
+/// (`ca.crt`, `ca.key`), and leaves signed by it with `openssl x509 -req`.
+struct Recipe<'a>(&'a Path);
+
+impl Recipe<'_> {
+    fn ca(&self) -> &Self {
+        openssl(
+            self.0,
+            &[
+                "req",
+                "-new",
+                "-x509",
+                "-days",
+                "30",
+                "-nodes",
+                "-subj",
+                "/CN=test-ca",
+                "-keyout",
+                "ca.key",
+                "-out",
+                "ca.crt",
+            ],
+        );
+        self
+    }
+
+    /// `<name>.crt` and `<name>.key` for `cn`: X.509 v1 without extensions, as the recipe
+    /// makes it, or v3 with the extension line `ext`.
+    fn leaf(&self, name: &str, cn: &str, ext: Option<&str>) -> &Self {
+        let (key, csr, crt) = (
+            format!("{name}.key"),
+            format!("{name}.csr"),
+            format!("{name}.crt"),
+        );
+        openssl(
+            self.0,
+            &[
+                "req",
+                "-new",
+                "-nodes",
+                "-subj",
+                &format!("/CN={cn}"),
+                "-keyout",
+                &key,
+                "-out",
+                &csr,
+            ],
+        );
+        let mut args = vec![
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-days",
+            "30",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            &crt,
+        ];
+        let ext_file = format!("{name}.ext");
+        if let Some(line) = ext {
+            std::fs::write(self.0.join(&ext_file), format!("{line}\n")).unwrap();
+            args.extend(["-extfile", ext_file.as_str()]);
+        }
+        openssl(self.0, &args);
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(self.0.join(&key), std::fs::Permissions::from_mode(0o600))
+            .unwrap();
+        self
+    }
+
+    /// Whether `<name>.crt` is X.509 v1.
+    fn is_v1(&self, name: &str) -> bool {
+        let text = std::process::Command::new("openssl")
+            .args(["x509", "-noout", "-text", "-in"])
+            .arg(self.0.join(format!("{name}.crt")))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&text.stdout).contains("Version: 1 (0x0)")
+    }
+
+    fn read(&self, file: &str) -> String {
+        std::fs::read_to_string(self.0.join(file)).unwrap()
+    }
+
+    fn path(&self, file: &str) -> String {
+        self.0.join(file).display().to_string()
+    }
+}
+
 /// A server certificate made with the recipe in PostgreSQL's documentation (`openssl x509
 /// -req`, no extensions) is X.509 v1, which libpq accepts and rustls does not: the executor
 /// refuses at once (exit 1, not the retried 8) and says which certificate and how to reissue it.
@@ -461,73 +555,16 @@ async fn a_v1_server_certificate_exits_1_and_says_how_to_reissue_it() {
     cluster.stop("fast");
     let certs = base.path().join("certs");
     std::fs::create_dir(&certs).unwrap();
-    openssl(
-        &certs,
-        &[
-            "req",
-            "-new",
-            "-x509",
-            "-days",
-            "30",
-            "-nodes",
-            "-subj",
-            "/CN=test-ca",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.crt",
-        ],
-    );
-    openssl(
-        &certs,
-        &[
-            "req",
-            "-new",
-            "-nodes",
-            "-subj",
-            "/CN=localhost",
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.csr",
-        ],
-    );
-    openssl(
-        &certs,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-days",
-            "30",
-            "-CA",
-            "ca.crt",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            "server.crt",
-        ],
-    );
-    let text = std::process::Command::new("openssl")
-        .args(["x509", "-noout", "-text", "-in"])
-        .arg(certs.join("server.crt"))
-        .output()
-        .unwrap();
-    assert!(
-        String::from_utf8_lossy(&text.stdout).contains("Version: 1 (0x0)"),
-        "the recipe makes a v1 certificate"
-    );
-    let read = |name: &str| std::fs::read_to_string(certs.join(name)).unwrap();
-    cluster.enable_tls(&read("server.crt"), &read("server.key"), None);
+    let recipe = Recipe(&certs);
+    recipe.ca().leaf("server", "localhost", None);
+    assert!(recipe.is_v1("server"), "the recipe makes a v1 certificate");
+    cluster.enable_tls(&recipe.read("server.crt"), &recipe.read("server.key"), None);
     cluster.start();
-    let root = certs.join("ca.crt");
     for mode in ["verify-ca", "verify-full"] {
         let url = format!(
             "postgres://postgres@localhost:{}/postgres?sslmode={mode}&sslrootcert={}",
             cluster.port,
-            root.display()
+            recipe.path("ca.crt")
         );
         let out = exe_out(&url, &["migrate"], &[]).await;
         let err = stderr(&out);
@@ -551,95 +588,18 @@ async fn a_v1_client_certificate_is_refused_at_once_and_v3_logs_in() {
     cluster.stop("fast");
     let certs = base.path().join("certs");
     std::fs::create_dir(&certs).unwrap();
-    let run = |args: &[&str]| openssl(&certs, args);
-    run(&[
-        "req",
-        "-new",
-        "-x509",
-        "-days",
-        "30",
-        "-nodes",
-        "-subj",
-        "/CN=test-ca",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.crt",
-    ]);
-    // The server's certificate as v3, with the name verify-full checks.
-    run(&[
-        "req",
-        "-new",
-        "-nodes",
-        "-subj",
-        "/CN=localhost",
-        "-keyout",
-        "server.key",
-        "-out",
-        "server.csr",
-    ]);
-    std::fs::write(certs.join("san.ext"), "subjectAltName=DNS:localhost\n").unwrap();
-    run(&[
-        "x509",
-        "-req",
-        "-in",
-        "server.csr",
-        "-days",
-        "30",
-        "-CA",
-        "ca.crt",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-extfile",
-        "san.ext",
-        "-out",
-        "server.crt",
-    ]);
-    // The client's as the documentation's recipe makes it: v1, no extensions.
-    run(&[
-        "req",
-        "-new",
-        "-nodes",
-        "-subj",
-        "/CN=postgres",
-        "-keyout",
-        "client.key",
-        "-out",
-        "client.csr",
-    ]);
-    run(&[
-        "x509",
-        "-req",
-        "-in",
-        "client.csr",
-        "-days",
-        "30",
-        "-CA",
-        "ca.crt",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-out",
-        "client.crt",
-    ]);
-    let text = std::process::Command::new("openssl")
-        .args(["x509", "-noout", "-text", "-in"])
-        .arg(certs.join("client.crt"))
-        .output()
-        .unwrap();
-    assert!(String::from_utf8_lossy(&text.stdout).contains("Version: 1 (0x0)"));
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(
-        certs.join("client.key"),
-        std::fs::Permissions::from_mode(0o600),
-    )
-    .unwrap();
-    let read = |name: &str| std::fs::read_to_string(certs.join(name)).unwrap();
+    let recipe = Recipe(&certs);
+    // The server's certificate as v3, with the name verify-full checks; the client's as the
+    // documentation's recipe makes it.
+    recipe
+        .ca()
+        .leaf("server", "localhost", Some("subjectAltName=DNS:localhost"))
+        .leaf("client", "postgres", None);
+    assert!(recipe.is_v1("client"));
     cluster.enable_tls(
-        &read("server.crt"),
-        &read("server.key"),
-        Some(&read("ca.crt")),
+        &recipe.read("server.crt"),
+        &recipe.read("server.key"),
+        Some(&recipe.read("ca.crt")),
     );
     cluster.write_data_file(
         "pg_hba.conf",
@@ -647,13 +607,15 @@ async fn a_v1_client_certificate_is_refused_at_once_and_v3_logs_in() {
         0o600,
     );
     cluster.start();
-    let path = |name: &str| certs.join(name).display().to_string();
-    let url = format!(
-        "postgres://postgres@localhost:{}/postgres?sslmode=verify-full&sslrootcert={}&sslcert={}&sslkey={}",
+    let plain = format!(
+        "postgres://postgres@localhost:{}/postgres?sslmode=verify-full&sslrootcert={}",
         cluster.port,
-        path("ca.crt"),
-        path("client.crt"),
-        path("client.key")
+        recipe.path("ca.crt")
+    );
+    let url = format!(
+        "{plain}&sslcert={}&sslkey={}",
+        recipe.path("client.crt"),
+        recipe.path("client.key")
     );
     let out = exe_out(&url, &["migrate", "--create-roles"], &[]).await;
     let err = stderr(&out);
@@ -663,37 +625,16 @@ async fn a_v1_client_certificate_is_refused_at_once_and_v3_logs_in() {
         "{err}"
     );
     // The same through PGSSLCERT, as the chart sets it.
-    let plain = format!(
-        "postgres://postgres@localhost:{}/postgres?sslmode=verify-full&sslrootcert={}",
-        cluster.port,
-        path("ca.crt")
-    );
     let env = [
-        ("PGSSLCERT", path("client.crt")),
-        ("PGSSLKEY", path("client.key")),
+        ("PGSSLCERT", recipe.path("client.crt")),
+        ("PGSSLKEY", recipe.path("client.key")),
     ];
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let out = exe_out(&plain, &["migrate", "--create-roles"], &env).await;
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     // Reissued as v3 (one extension is enough), the same login works.
-    std::fs::write(certs.join("client.ext"), "extendedKeyUsage=clientAuth\n").unwrap();
-    run(&[
-        "x509",
-        "-req",
-        "-in",
-        "client.csr",
-        "-days",
-        "30",
-        "-CA",
-        "ca.crt",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-extfile",
-        "client.ext",
-        "-out",
-        "client.crt",
-    ]);
+    recipe.leaf("client", "postgres", Some("extendedKeyUsage=clientAuth"));
+    assert!(!recipe.is_v1("client"));
     let out = exe_out(&url, &["migrate", "--create-roles"], &[]).await;
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     cluster.stop("fast");
