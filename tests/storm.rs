@@ -14,6 +14,8 @@
 //! Needs root (network namespaces), as CI runs; it fails, never skips, without it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "support/chaos.rs"]
+mod chaos;
 #[path = "support/db.rs"]
 mod db;
 #[path = "support/fixtures.rs"]
@@ -21,40 +23,18 @@ mod fixtures;
 #[path = "support/pg.rs"]
 mod pg;
 
-use std::collections::BTreeSet;
 use std::process::Command as StdCommand;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use chaos::{Rng, consumer_check};
 use db::*;
 use package_executor::sources;
 use package_executor::store::Store;
 use pg::PgCluster;
-use sqlx::{Connection, PgConnection, Row};
 
 const PROJECTS: usize = 60;
-
-/// SplitMix64: a small, seedable generator, so a failing schedule can be replayed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn millis(&mut self, from: u64, to: u64) -> Duration {
-        Duration::from_millis(from + self.below(to - from))
-    }
-}
 
 fn sh(args: &[&str]) {
     let out = StdCommand::new(args[0]).args(&args[1..]).output().unwrap();
@@ -201,84 +181,9 @@ struct Counts {
     consumer_hits: AtomicU64,
 }
 
-/// In one database snapshot: the current snapshot the consumer gets, and the live active heads.
-/// A returned snapshot whose vector differs from the live heads is stale.
-async fn consumer_check(url: &str, project: &str, seed: u64) -> Option<bool> {
-    let mut conn = PgConnection::connect(url).await.ok()?;
-    sqlx::query("BEGIN ISOLATION LEVEL REPEATABLE READ")
-        .execute(&mut conn)
-        .await
-        .ok()?;
-    let current = sqlx::query(
-        "SELECT convert_from(canonical_json, 'UTF8') FROM ql3.current_tool_snapshot($1)",
-    )
-    .bind(project)
-    .fetch_optional(&mut conn)
-    .await
-    .ok()?;
-    let live = sqlx::query(
-        "SELECT i.package_name, i.installation_id, g.generation, g.generation_digest, g.lock_digest, g.revision_digest
-         FROM ql3.package_installations i
-         JOIN ql3.package_generations g ON g.installation_id = i.installation_id AND g.generation = i.active_generation
-         WHERE i.project_id = $1 AND g.status = 'active'",
-    )
-    .bind(project)
-    .fetch_all(&mut conn)
-    .await
-    .ok()?;
-    let _ = sqlx::query("COMMIT").execute(&mut conn).await;
-    let Some(row) = current else {
-        return Some(false);
-    };
-    let doc: serde_json::Value = serde_json::from_str(&row.get::<String, _>(0)).unwrap();
-    let served: BTreeSet<String> = doc["activeVector"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| {
-            format!(
-                "{} {} {} {} {} {}",
-                p["packageName"].as_str().unwrap(),
-                p["installationId"].as_str().unwrap(),
-                p["generation"],
-                p["generationDigest"].as_str().unwrap(),
-                p["lockDigest"].as_str().unwrap(),
-                p["revisionDigest"].as_str().unwrap()
-            )
-        })
-        .collect();
-    let heads: BTreeSet<String> = live
-        .iter()
-        .map(|r| {
-            format!(
-                "{} {} {} {} {} {}",
-                r.get::<String, _>(0),
-                r.get::<String, _>(1),
-                r.get::<i64, _>(2),
-                r.get::<String, _>(3),
-                r.get::<String, _>(4),
-                r.get::<String, _>(5)
-            )
-        })
-        .collect();
-    assert_eq!(
-        served, heads,
-        "seed {seed}: the consumer got a stale snapshot of {project}"
-    );
-    Some(true)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn storm_of_crashes_kills_and_partitions() {
-    let seed: u64 = std::env::var("PE_STORM_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
+    let seed = chaos::seed("PE_STORM_SEED");
     let seconds: u64 = std::env::var("PE_STORM_SECONDS")
         .ok()
         .and_then(|s| s.parse().ok())

@@ -31,6 +31,18 @@ pub enum StoreError {
          the connection was given up (check the server, and the network between it and this pod)"
     )]
     NoAnswer(std::time::Duration),
+    /// A `COMMIT` was not acknowledged within the statement timeout. PostgreSQL's
+    /// `statement_timeout` does not end a commit that waits for a synchronous standby, so the
+    /// wait is bounded here: whether the transaction commits later is unknown, and nothing is
+    /// reported published (the next run replays it, or finds it done). Exit 8 when it ends a
+    /// command.
+    #[error(
+        "the COMMIT was not acknowledged within {0:?} (the statement timeout): a synchronous \
+         standby the primary waits for may be gone, or the primary lost its connection to it; \
+         nothing was reported published and the next run replays it (check the standbys and \
+         synchronous_standby_names, or Patroni's cluster state)"
+    )]
+    CommitUnacknowledged(std::time::Duration),
     /// The database refused the data itself: a format `CHECK`, a foreign key, a `NOT NULL`, a
     /// trigger's refusal, a value of the wrong type (exit 1). Writing it again will not help;
     /// the data must change. A unique key is not here on PostgreSQL: there a duplicate key is
@@ -97,6 +109,7 @@ impl StoreError {
                 | StoreError::Duplicate(_)
                 | StoreError::Unavailable(_)
                 | StoreError::NoAnswer(_)
+                | StoreError::CommitUnacknowledged(_)
         )
     }
 
@@ -104,7 +117,10 @@ impl StoreError {
     pub fn is_unavailable(&self) -> bool {
         matches!(
             self,
-            StoreError::Unavailable(_) | StoreError::NotMigrated(_) | StoreError::NoAnswer(_)
+            StoreError::Unavailable(_)
+                | StoreError::NotMigrated(_)
+                | StoreError::NoAnswer(_)
+                | StoreError::CommitUnacknowledged(_)
         )
     }
 }
@@ -119,9 +135,12 @@ impl From<sqlx::Error> for StoreError {
                 match code.as_str() {
                     // serialization_failure, deadlock_detected, lock_not_available,
                     // query_canceled (timeouts), admin shutdown, cannot_connect_now, and every
-                    // connection exception (class 08).
+                    // connection exception (class 08). read_only_sql_transaction (25006): the
+                    // session landed on a server that is (or has just become) a standby, as a
+                    // proxy routing to a demoted primary can do during a failover; the next
+                    // connection finds the new primary.
                     "40001" | "40P01" | "55P03" | "57014" | "57P01" | "57P02" | "57P03"
-                    | "25P03" => StoreError::Transient(format!("{code}: {message}")),
+                    | "25P03" | "25006" => StoreError::Transient(format!("{code}: {message}")),
                     "23505" => StoreError::Duplicate(format!("{code}: {message}")),
                     c if c.starts_with("08") => StoreError::Transient(format!("{code}: {message}")),
                     // undefined_table, invalid_schema_name, undefined_function.

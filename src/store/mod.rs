@@ -112,6 +112,7 @@ enum Pool {
 pub struct Store {
     pool: Pool,
     answer_timeout: Option<Duration>,
+    commit_timeout: Option<Duration>,
 }
 
 /// One live head as an observation sees it: the head with its generation's columns, and the
@@ -208,8 +209,8 @@ impl Session {
     }
 
     /// Runs `body` in one transaction on this session's connection: it commits when `body`
-    /// returns `Ok((_, true))` and rolls back otherwise. `BEGIN`, `COMMIT` and `ROLLBACK` are
-    /// bounded by the answer timeout (`body` bounds its own steps). A failed `BEGIN` is tried
+    /// returns `Ok((_, true))` and rolls back otherwise. `BEGIN` and `ROLLBACK` are bounded by
+    /// the answer timeout, `COMMIT` by the statement timeout (`body` bounds its own steps). A failed `BEGIN` is tried
     /// once more at once when the cause was not this transaction's: a kept connection that
     /// died while idle, or (with several hosts) a primary that moved. After any error the
     /// connection is closed, so the next transaction starts on a fresh one.
@@ -217,7 +218,7 @@ impl Session {
         &mut self,
         body: impl AsyncFnOnce(&mut Attempt<'_>) -> Result<(T, bool), StoreError>,
     ) -> Result<T, StoreError> {
-        let limit = self.answer_timeout();
+        let (limit, commit_limit) = (self.answer_timeout(), self.store.commit_timeout);
         let mut recovered = false;
         let mut a = loop {
             let error = match answered(limit, self.begin()).await {
@@ -233,7 +234,10 @@ impl Session {
         };
         let result = body(&mut a).await;
         let finished = match &result {
-            Ok((_, true)) => answered(limit, a.commit()).await,
+            Ok((_, true)) => match answered(commit_limit, a.commit()).await {
+                Err(StoreError::NoAnswer(waited)) => Err(StoreError::CommitUnacknowledged(waited)),
+                other => other,
+            },
             // A connection that stopped answering is given up, not rolled back: the server rolls
             // back when it notices, and the connection is closed below.
             Err(StoreError::NoAnswer(_)) => {
@@ -369,9 +373,17 @@ impl Store {
             // another worker builds a large project is normal.
             Pool::Lite(_) => None,
         };
+        // PostgreSQL's statement_timeout does not end a COMMIT that waits for a synchronous
+        // standby (one that has gone, or a primary cut off from it): that wait is bounded here,
+        // by the statement timeout itself, so that a commit never waits longer than a statement.
+        let commit_timeout = match pool {
+            Pool::Pg(_) => Some(opts.statement_timeout),
+            Pool::Lite(_) => None,
+        };
         Ok(Self {
             pool,
             answer_timeout,
+            commit_timeout,
         })
     }
 
@@ -435,6 +447,7 @@ impl Store {
             Pool::Pg(target) => Some(Self {
                 pool: Pool::Pg(target.lane(max_connections)),
                 answer_timeout: self.answer_timeout,
+                commit_timeout: self.commit_timeout,
             }),
             Pool::Lite(_) => None,
         }

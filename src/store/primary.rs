@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{ConnectOptions as _, Connection as _, PgPool, Postgres, Row};
+use sqlx::{ConnectOptions as _, Connection as _, PgConnection, PgPool, Postgres, Row};
 
 use super::StoreError;
 
@@ -134,29 +134,36 @@ pub fn split_hosts(url: &str, env: impl Fn(&str) -> Option<String>) -> Result<Ho
 async fn is_usable(opts: &PgConnectOptions, attrs: Option<SessionAttrs>) -> Result<(), String> {
     let probe = async {
         let mut conn = opts.connect().await.map_err(|e| e.to_string())?;
-        let row = sqlx::query(
-            "SELECT pg_is_in_recovery() AS standby, \
-             current_setting('default_transaction_read_only') = 'on' AS read_only",
-        )
-        .fetch_one(&mut conn)
-        .await
-        .map_err(|e| e.to_string())?;
-        let standby: bool = row.try_get("standby").map_err(|e| e.to_string())?;
-        let read_only: bool = row.try_get("read_only").map_err(|e| e.to_string())?;
+        let verdict = serves(&mut conn, attrs).await;
         conn.close().await.ok();
-        match attrs {
-            Some(SessionAttrs::ReadWrite | SessionAttrs::Primary) if standby => {
-                Err("a standby (read-only)".to_owned())
-            }
-            Some(SessionAttrs::ReadWrite) if read_only => {
-                Err("read-only (default_transaction_read_only is on)".to_owned())
-            }
-            _ => Ok(()),
-        }
+        verdict
     };
     tokio::time::timeout(Duration::from_secs(3), probe)
         .await
         .unwrap_or_else(|_| Err("no answer within 3 s".to_owned()))
+}
+
+/// Whether the server behind a connection is what `attrs` asks for, as libpq checks
+/// `target_session_attrs` on every connection it opens.
+async fn serves(conn: &mut PgConnection, attrs: Option<SessionAttrs>) -> Result<(), String> {
+    let row = sqlx::query(
+        "SELECT pg_is_in_recovery() AS standby, \
+         current_setting('default_transaction_read_only') = 'on' AS read_only",
+    )
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(|e| e.to_string())?;
+    let standby: bool = row.try_get("standby").map_err(|e| e.to_string())?;
+    let read_only: bool = row.try_get("read_only").map_err(|e| e.to_string())?;
+    match attrs {
+        Some(SessionAttrs::ReadWrite | SessionAttrs::Primary) if standby => {
+            Err("a standby (read-only)".to_owned())
+        }
+        Some(SessionAttrs::ReadWrite) if read_only => {
+            Err("read-only (default_transaction_read_only is on)".to_owned())
+        }
+        _ => Ok(()),
+    }
 }
 
 impl PgTarget {
@@ -188,7 +195,7 @@ impl PgTarget {
             .first()
             .cloned()
             .ok_or_else(|| StoreError::Config("no host in the URL".into()))?;
-        let pool = lazy_pool(first, max_connections, per_try);
+        let pool = lazy_pool(first, attrs, max_connections, per_try);
         let target = Self {
             current: Arc::new(RwLock::new(pool)),
             hosts: Arc::new(hosts),
@@ -238,6 +245,7 @@ impl PgTarget {
         Self {
             current: Arc::new(RwLock::new(lazy_pool(
                 opts,
+                self.attrs,
                 max_connections,
                 self.acquire_timeout,
             ))),
@@ -270,7 +278,12 @@ impl PgTarget {
                 if let Err(why) = is_usable(opts, self.attrs).await {
                     last.push(format!("{}:{}: {why}", opts.get_host(), opts.get_port()));
                 } else {
-                    let pool = lazy_pool(opts.clone(), self.max_connections, self.acquire_timeout);
+                    let pool = lazy_pool(
+                        opts.clone(),
+                        self.attrs,
+                        self.max_connections,
+                        self.acquire_timeout,
+                    );
                     let old = {
                         let mut current = self.current.write().unwrap_or_else(|p| p.into_inner());
                         std::mem::replace(&mut *current, pool)
@@ -311,16 +324,39 @@ impl PgTarget {
     }
 }
 
-/// A pool that connects on first use.
-fn lazy_pool(opts: PgConnectOptions, max_connections: u32, acquire_timeout: Duration) -> PgPool {
-    PgPoolOptions::new()
+/// A pool that connects on first use. When `attrs` asks for a primary, every new connection
+/// is checked as libpq checks it: the host the pool points at can be demoted while the pool
+/// lives (Patroni restarts a demoted leader as a standby, which accepts connections), and a
+/// connection there must fail to connect, so that the caller looks for the new primary,
+/// rather than fail every write with `25006`.
+fn lazy_pool(
+    opts: PgConnectOptions,
+    attrs: Option<SessionAttrs>,
+    max_connections: u32,
+    acquire_timeout: Duration,
+) -> PgPool {
+    let options = PgPoolOptions::new()
         .max_connections(max_connections)
         // No ping before each attempt (a round trip per project): a connection that died while
         // idle fails its BEGIN, and the session then closes it and takes one that answers
         // (see Session::transaction).
         .test_before_acquire(false)
-        .acquire_timeout(acquire_timeout)
-        .connect_lazy_with(opts)
+        .acquire_timeout(acquire_timeout);
+    let options = match attrs {
+        Some(SessionAttrs::ReadWrite | SessionAttrs::Primary) => {
+            options.after_connect(move |conn, _| {
+                Box::pin(async move {
+                    serves(conn, attrs).await.map_err(|why| {
+                        sqlx::Error::Protocol(format!(
+                            "the host is now {why}: looking for the primary"
+                        ))
+                    })
+                })
+            })
+        }
+        Some(SessionAttrs::Any) | None => options,
+    };
+    options.connect_lazy_with(opts)
 }
 
 #[cfg(test)]

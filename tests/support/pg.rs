@@ -39,7 +39,7 @@ pub const LOGINS: [(&str, &str); 6] = [
 
 /// The server binaries: `PE_PG_BINDIR` when set (how `scripts/test.sh` runs the suite on a
 /// second major), else `pg_config --bindir`, else the newest `/usr/lib/postgresql/*/bin`.
-fn bindir() -> PathBuf {
+pub fn bindir() -> PathBuf {
     if let Ok(dir) = std::env::var("PE_PG_BINDIR") {
         let dir = PathBuf::from(dir);
         assert!(
