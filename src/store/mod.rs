@@ -82,7 +82,9 @@ pub struct ConnectOptions {
     /// How long to wait for a connection from the pool or the server.
     pub acquire_timeout: Duration,
     /// How long past `statement_timeout` an attempt waits for the server's answer before it
-    /// gives the connection up (see [`Store::answer_timeout`]).
+    /// gives the connection up (see [`Store::answer_timeout`]). 10 s by default: the network's
+    /// share of an answer the server sends by `statement_timeout`; every second of it is a
+    /// second a silently lost primary holds a worker.
     pub answer_margin: Duration,
 }
 
@@ -96,7 +98,7 @@ impl ConnectOptions {
             lock_timeout: Duration::from_secs(10),
             idle_in_transaction_timeout: Duration::from_secs(120),
             acquire_timeout: Duration::from_secs(30),
-            answer_margin: Duration::from_secs(30),
+            answer_margin: Duration::from_secs(10),
         }
     }
 }
