@@ -44,7 +44,10 @@ use patroni::Patroni;
 use sqlx::{ConnectOptions as _, Connection, PgConnection, Row};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-const PROJECTS: usize = 60;
+const PROJECTS: usize = 40;
+/// Generations per package: with two packages, 36 vectors per project, so that activations
+/// keep making snapshots that were never built (and published) before.
+const GENERATIONS: u64 = 6;
 const EXECUTOR: &str = "pe_executor";
 
 /// How the executors and consumers reach the leader.
@@ -78,6 +81,9 @@ struct Pass {
     ended: Instant,
     code: Option<i32>,
     published: Vec<(String, String)>,
+    /// Whether it met a member that was no longer the leader: a write refused as read-only
+    /// (`25006`), or a new connection that found a standby.
+    met_a_standby: bool,
 }
 
 #[derive(Default)]
@@ -95,6 +101,8 @@ struct Scenario {
     new_leader: Option<Instant>,
     /// Consumer checks per way when the scenario began.
     checks_before: [u64; 2],
+    /// Snapshots reported published before the event, all found on the new leader.
+    kept: Option<usize>,
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -135,8 +143,7 @@ async fn connect_read_write(hosts: &[String]) -> Option<PgConnection> {
         let Ok(opts) = url.parse::<sqlx::postgres::PgConnectOptions>() else {
             continue;
         };
-        let Ok(Ok(mut conn)) =
-            tokio::time::timeout(Duration::from_secs(2), opts.connect()).await
+        let Ok(Ok(mut conn)) = tokio::time::timeout(Duration::from_secs(2), opts.connect()).await
         else {
             continue;
         };
@@ -180,8 +187,10 @@ async fn pass(url: &str, way: Way, pids: &Mutex<Vec<u32>>) -> Pass {
     pids.lock().unwrap().push(pid);
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     let mut published = Vec::new();
+    let mut met_a_standby = false;
     let read = async {
         while let Ok(Some(line)) = lines.next_line().await {
+            met_a_standby |= line.contains("25006") || line.contains("the host is now a standby");
             let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
                 continue;
             };
@@ -212,6 +221,7 @@ async fn pass(url: &str, way: Way, pids: &Mutex<Vec<u32>>) -> Pass {
         ended: Instant::now(),
         code,
         published,
+        met_a_standby,
     }
 }
 
@@ -249,7 +259,11 @@ async fn scenarios(seed: u64) {
         exec(&store, "GRANT ql3_package_executor TO pe_executor")
             .await
             .unwrap();
-        import(&store, &fixtures::many_projects(PROJECTS, 2, 2, 200)).await;
+        import(
+            &store,
+            &fixtures::many_generations(PROJECTS, 2, GENERATIONS as u32, 2, 200),
+        )
+        .await;
         store.close().await;
     }
     let urls = [
@@ -317,7 +331,11 @@ async fn scenarios(seed: u64) {
                 let Some(s) = &store else { continue };
                 let (p, k, g) = {
                     let mut r = rng.lock().unwrap();
-                    (r.below(PROJECTS as u64), r.below(2), 1 + r.below(2) as i64)
+                    (
+                        r.below(PROJECTS as u64),
+                        r.below(2),
+                        1 + r.below(GENERATIONS) as i64,
+                    )
                 };
                 let activation = tokio::time::timeout(
                     Duration::from_secs(5),
@@ -392,13 +410,31 @@ async fn scenarios(seed: u64) {
     blocking(|| cluster.crash(leader));
     let elected = blocking(|| cluster.wait_leader(Some(leader), Duration::from_secs(90)));
     let new_leader = Some(Instant::now());
+    let name = "the leader crashes (kill -9 of Patroni and the postmaster)";
+    let kept = Some(
+        kept_on(
+            &cluster.member_url(elected, "postgres", "patroni"),
+            &passes,
+            at,
+            seed,
+            name,
+        )
+        .await,
+    );
     done.push(Scenario {
-        name: "the leader crashes (kill -9 of Patroni and the postmaster)",
+        name,
         at,
         new_leader,
         checks_before: before,
+        kept,
     });
-    wait_success(&passes, new_leader.unwrap_or(at), seed, done.last().unwrap().name).await;
+    wait_success(
+        &passes,
+        new_leader.unwrap_or(at),
+        seed,
+        done.last().unwrap().name,
+    )
+    .await;
     tokio::time::sleep(pause(&rng)).await;
     let at = Instant::now();
     let before = checks(&counts);
@@ -413,6 +449,7 @@ async fn scenarios(seed: u64) {
         at,
         new_leader: None,
         checks_before: before,
+        kept: None,
     });
     wait_success(&passes, at, seed, done.last().unwrap().name).await;
 
@@ -445,13 +482,24 @@ async fn scenarios(seed: u64) {
                 "the leader is cut off from etcd and its peer, still reachable by clients"
             }
         };
-        blocking(|| cluster.wait_leader(Some(leader), Duration::from_secs(90)));
+        let elected = blocking(|| cluster.wait_leader(Some(leader), Duration::from_secs(90)));
         let new_leader = Some(Instant::now());
+        let kept = Some(
+            kept_on(
+                &cluster.member_url(elected, "postgres", "patroni"),
+                &passes,
+                at,
+                seed,
+                name,
+            )
+            .await,
+        );
         done.push(Scenario {
             name,
             at,
             new_leader,
             checks_before: before,
+            kept,
         });
         wait_success(&passes, new_leader.unwrap_or(at), seed, name).await;
         // Heal; the old leader rejoins as the synchronous standby.
@@ -490,14 +538,18 @@ async fn scenarios(seed: u64) {
     );
     for (i, s) in done.iter().enumerate() {
         let until = done.get(i + 1).map_or(end, |n| n.at);
-        let after = done
-            .get(i + 1)
-            .map_or(final_checks, |n| n.checks_before);
+        let after = done.get(i + 1).map_or(final_checks, |n| n.checks_before);
         report.push_str(&format!(
-            "  {}{}:\n",
+            "  {}{}{}:\n",
             s.name,
             s.new_leader
-                .map(|t| format!(" (a new leader seen after {:.1} s)", (t - s.at).as_secs_f64()))
+                .map(|t| format!(
+                    " (a new leader seen after {:.1} s",
+                    (t - s.at).as_secs_f64()
+                ))
+                .unwrap_or_default(),
+            s.kept
+                .map(|n| format!("; all {n} snapshots reported published before it are on it)"))
                 .unwrap_or_default()
         ));
         for way in WAYS {
@@ -507,12 +559,14 @@ async fn scenarios(seed: u64) {
                 .collect();
             let published: usize = window.iter().map(|p| p.published.len()).sum();
             let exits = |code: i32| window.iter().filter(|p| p.code == Some(code)).count();
+            let met = window.iter().filter(|p| p.met_a_standby).count();
             let next = next_success(&passes, way, s.new_leader.unwrap_or(s.at))
                 .map(|t| format!("{:.1} s", (t - s.at).as_secs_f64()))
                 .unwrap_or_else(|| "none".into());
             report.push_str(&format!(
                 "    {}: next successful pass {next} after the event, at most {:.1} s without one; \
-                 passes exited 0/3/8: {}/{}/{}; consumer checks {}, stale 0; published snapshots {published}\n",
+                 passes exited 0/3/8: {}/{}/{} ({met} met a demoted member); consumer checks {}, stale 0; \
+                 published snapshots {published}\n",
                 way.label(),
                 longest_without_success(&window, s.at).as_secs_f64(),
                 exits(0),
@@ -545,15 +599,14 @@ async fn scenarios(seed: u64) {
     // Every snapshot reported published is on the final leader, with the same digests.
     let final_url = cluster.multi_host_url("postgres", "patroni");
     let store = connect(&final_url).await;
-    let stored: BTreeSet<(String, String)> = sqlx::query(
-        "SELECT project_id, snapshot_digest FROM ql3.tool_definition_snapshots",
-    )
-    .fetch_all(&store.pg_pool().unwrap())
-    .await
-    .unwrap()
-    .iter()
-    .map(|r| (r.get(0), r.get(1)))
-    .collect();
+    let stored: BTreeSet<(String, String)> =
+        sqlx::query("SELECT project_id, snapshot_digest FROM ql3.tool_definition_snapshots")
+            .fetch_all(&store.pg_pool().unwrap())
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
     let reported: Vec<&(String, String)> = passes.iter().flat_map(|p| &p.published).collect();
     let missing: Vec<_> = reported.iter().filter(|r| !stored.contains(*r)).collect();
     assert!(
@@ -610,6 +663,58 @@ async fn scenarios(seed: u64) {
     drop(cluster);
 }
 
+/// Checks that every snapshot reported published by a pass that ended before `at` is on the
+/// new leader (`url`); how many there were.
+async fn kept_on(
+    url: &str,
+    passes: &Mutex<Vec<Pass>>,
+    at: Instant,
+    seed: u64,
+    what: &str,
+) -> usize {
+    let reported: BTreeSet<(String, String)> = passes
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|p| p.ended < at)
+        .flat_map(|p| p.published.iter().cloned())
+        .collect();
+    let started = Instant::now();
+    let stored = loop {
+        let read = async {
+            let mut conn = PgConnection::connect(url).await.ok()?;
+            let rows = sqlx::query(
+                "SELECT project_id, snapshot_digest FROM ql3.tool_definition_snapshots",
+            )
+            .fetch_all(&mut conn)
+            .await
+            .ok()?;
+            let _ = conn.close().await;
+            Some(
+                rows.iter()
+                    .map(|r| (r.get::<String, _>(0), r.get::<String, _>(1)))
+                    .collect::<BTreeSet<_>>(),
+            )
+        };
+        if let Ok(Some(stored)) = tokio::time::timeout(Duration::from_secs(5), read).await {
+            break stored;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "seed {seed}: the new leader {url} did not answer after {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let missing: Vec<_> = reported.difference(&stored).collect();
+    assert!(
+        missing.is_empty(),
+        "seed {seed}: after {what}, {} of {} snapshots reported published are not on the new leader: {missing:?}",
+        missing.len(),
+        reported.len()
+    );
+    reported.len()
+}
+
 /// The longest stretch, from `from` on, between successful passes' ends (the window's passes,
 /// which end in order of `ended` once sorted).
 fn longest_without_success(window: &[&Pass], from: Instant) -> Duration {
@@ -634,8 +739,7 @@ async fn wait_success(passes: &Mutex<Vec<Pass>>, since: Instant, seed: u64, what
     loop {
         let reached = {
             let p = passes.lock().unwrap();
-            WAYS.iter()
-                .all(|w| next_success(&p, *w, since).is_some())
+            WAYS.iter().all(|w| next_success(&p, *w, since).is_some())
         };
         if reached {
             return;

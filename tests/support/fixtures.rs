@@ -18,6 +18,19 @@ fn tool(name: &str) -> Value {
 /// `n` projects (`p00000`…) with `packages` packages of `tools` tools each; revisions padded to
 /// about `pad` bytes; every package has a staged generation 2 ready for activation.
 pub fn many_projects(n: usize, packages: usize, tools: usize, pad: usize) -> Vec<u8> {
+    many_generations(n, packages, 2, tools, pad)
+}
+
+/// As [`many_projects`], with `generations` generations per package (the first active, the
+/// rest staged): `generations ^ packages` vectors per project, so that a control plane that
+/// keeps activating keeps making snapshots never built before.
+pub fn many_generations(
+    n: usize,
+    packages: usize,
+    generations: u32,
+    tools: usize,
+    pad: usize,
+) -> Vec<u8> {
     let projects: Vec<Value> = (0..n)
         .map(|p| {
             let pkgs: Vec<Value> = (0..packages)
@@ -29,7 +42,9 @@ pub fn many_projects(n: usize, packages: usize, tools: usize, pad: usize) -> Vec
                                "revision": revision(&name, &format!("1.{g}.0"), ts, pad)})
                     };
                     json!({"packageName": name, "installationId": format!("p{p:05}-k{k}"),
-                           "generations": [generation(1, "active"), generation(2, "staged")]})
+                           "generations": (1..=generations)
+                               .map(|g| generation(g, if g == 1 { "active" } else { "staged" }))
+                               .collect::<Vec<_>>()})
                 })
                 .collect();
             json!({"projectId": format!("p{p:05}"), "packages": pkgs})

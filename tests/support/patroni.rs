@@ -197,7 +197,14 @@ impl Patroni {
             "dev",
             &bridge,
         ]);
-        sh(&["ip", "addr", "add", &format!("{etcd_ip}/24"), "dev", &bridge]);
+        sh(&[
+            "ip",
+            "addr",
+            "add",
+            &format!("{etcd_ip}/24"),
+            "dev",
+            &bridge,
+        ]);
         sh(&["ip", "link", "set", &bridge, "up"]);
         for i in 0..2u32 {
             let member = Member {
@@ -339,11 +346,36 @@ impl Patroni {
         self.members.iter().position(|m| m.name == name)
     }
 
-    /// Waits for a running leader other than `not`; its index.
+    /// Whether member `i`'s Patroni answers `GET /primary` with 200: it holds the leader key
+    /// and its PostgreSQL runs as the primary. Asked of the member directly (a few
+    /// milliseconds), so that a takeover is timed closely.
+    pub fn is_primary(&self, i: usize) -> bool {
+        use std::io::{Read, Write};
+        let addr: std::net::SocketAddr = format!("{}:{REST_PORT}", self.members[i].ip)
+            .parse()
+            .unwrap();
+        let Ok(mut s) = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)) else {
+            return false;
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+        if s
+            .write_all(b"GET /primary HTTP/1.0\r\nHost: patroni\r\n\r\n")
+            .is_err()
+        {
+            return false;
+        }
+        let mut head = [0u8; 12];
+        s.read_exact(&mut head).is_ok() && head.ends_with(b" 200")
+    }
+
+    /// Waits for a member other than `not` to serve as the primary; its index.
     pub fn wait_leader(&self, not: Option<usize>, timeout: Duration) -> usize {
         let started = Instant::now();
         loop {
-            if let Some(l) = self.leader().filter(|l| Some(*l) != not) {
+            if let Some(l) = (0..self.members.len())
+                .filter(|i| Some(*i) != not)
+                .find(|i| self.is_primary(*i))
+            {
                 return l;
             }
             assert!(
@@ -352,7 +384,7 @@ impl Patroni {
                 self.status(),
                 self.logs()
             );
-            std::thread::sleep(Duration::from_millis(300));
+            std::thread::sleep(Duration::from_millis(100));
         }
     }
 
@@ -407,7 +439,12 @@ impl Patroni {
     pub fn logs(&self) -> String {
         let mut text = String::new();
         for m in &self.members {
-            text.push_str(&format!("--- {} ({})\n{}\n", m.name, m.ip, tail(&m.log(), 25)));
+            text.push_str(&format!(
+                "--- {} ({})\n{}\n",
+                m.name,
+                m.ip,
+                tail(&m.log(), 25)
+            ));
         }
         text
     }
@@ -579,7 +616,10 @@ postgresql:
 
 impl Drop for Patroni {
     fn drop(&mut self) {
-        for child in [self.haproxy.take(), self.etcd.take()].into_iter().flatten() {
+        for child in [self.haproxy.take(), self.etcd.take()]
+            .into_iter()
+            .flatten()
+        {
             let mut child = child;
             let _ = child.kill();
             let _ = child.wait();
