@@ -358,3 +358,61 @@ async fn nothing_is_reported_published_before_the_standby_has_it() {
     .await
     .expect("timed out");
 }
+
+/// A demoted primary can go on accepting connections (Patroni restarts a demoted leader as a
+/// standby; here the old primary turns read-only while the standby is promoted). A store made
+/// before the demotion must leave it for the new primary: every new connection is checked as
+/// libpq checks `target_session_attrs`, and a write refused as read-only (`25006`) is a
+/// transient error, never a project's failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_demoted_primary_that_still_accepts_connections_is_left_for_the_new_one() {
+    tokio::time::timeout(Duration::from_secs(300), async {
+        let pair = Pair::start("demoted");
+        pair.prepare(&fixtures::many_projects(20, 2, 2, 200)).await;
+        let store = connect(&pair.multi_host_url("ha")).await;
+        // The pool points at the primary and holds a connection there.
+        assert_eq!(scalar(&store, "SELECT CAST(1 AS bigint)").await, 1);
+        let old = connect(&pair.primary.url("postgres")).await;
+        exec(&old, "ALTER SYSTEM SET default_transaction_read_only = on")
+            .await
+            .unwrap();
+        exec(&old, "ALTER SYSTEM SET synchronous_standby_names = ''")
+            .await
+            .unwrap();
+        assert_eq!(
+            scalar(&old, "SELECT CAST(pg_reload_conf()::int AS int8)").await,
+            1
+        );
+        old.close().await;
+        pair.standby.run(
+            "pg_ctl",
+            &[
+                "-D",
+                pair.standby.data_dir().to_str().unwrap(),
+                "-w",
+                "promote",
+            ],
+        );
+        let summary = run_all(&store, false).await;
+        assert_eq!(summary.exit_code, 0, "{summary:?}");
+        assert!(summary.unresolved.is_empty(), "{summary:?}");
+        // The fixture's 20 and the demo's three publishable projects.
+        assert_eq!(summary.published, 23, "{summary:?}");
+        let promoted = connect(&pair.standby.url("ha")).await;
+        assert_eq!(
+            scalar(
+                &promoted,
+                "SELECT COUNT(DISTINCT project_id) FROM ql3.tool_definition_snapshots"
+            )
+            .await,
+            23,
+            "every snapshot is on the new primary"
+        );
+        promoted.close().await;
+        store.close().await;
+        pair.standby.stop("fast");
+        pair.primary.stop("fast");
+    })
+    .await
+    .expect("timed out");
+}

@@ -358,8 +358,7 @@ impl Patroni {
             return false;
         };
         let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-        if s
-            .write_all(b"GET /primary HTTP/1.0\r\nHost: patroni\r\n\r\n")
+        if s.write_all(b"GET /primary HTTP/1.0\r\nHost: patroni\r\n\r\n")
             .is_err()
         {
             return false;
