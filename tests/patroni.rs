@@ -165,20 +165,7 @@ async fn connect_read_write(hosts: &[String]) -> Option<PgConnection> {
 async fn pass(url: &str, way: Way, pids: &Mutex<Vec<u32>>) -> Pass {
     let started = Instant::now();
     let mut child = exe(url, "5s")
-        .args([
-            "run",
-            "--json",
-            "--concurrency",
-            "2",
-            "--max-attempts",
-            "2",
-            "--final-probes",
-            "0",
-            "--statement-timeout",
-            "3s",
-            "--deadline",
-            "20s",
-        ])
+        .args(chaos::PASS)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -408,27 +395,16 @@ async fn scenarios(seed: u64) {
     let at = Instant::now();
     let before = checks(&counts);
     blocking(|| cluster.crash(leader));
-    let elected = blocking(|| cluster.wait_leader(Some(leader), Duration::from_secs(90)));
-    let seen = Instant::now();
-    let name = "the leader crashes (kill -9 of Patroni and the postmaster)";
-    let kept = Some(
-        kept_on(
-            &cluster.member_url(elected, "postgres", "patroni"),
-            &passes,
-            at,
-            seed,
-            name,
-        )
-        .await,
-    );
-    done.push(Scenario {
-        name,
-        at,
-        new_leader: Some(seen),
-        checks_before: before,
-        kept,
-    });
-    wait_success(&passes, seen, seed, name).await;
+    let (scenario, elected) = takeover(
+        &cluster,
+        leader,
+        "the leader crashes (kill -9 of Patroni and the postmaster)",
+        (at, before),
+        &passes,
+        seed,
+    )
+    .await;
+    done.push(scenario);
     tokio::time::sleep(pause(&rng)).await;
     let at = Instant::now();
     let before = checks(&counts);
@@ -476,26 +452,8 @@ async fn scenarios(seed: u64) {
                 "the leader is cut off from etcd and its peer, still reachable by clients"
             }
         };
-        let elected = blocking(|| cluster.wait_leader(Some(leader), Duration::from_secs(90)));
-        let seen = Instant::now();
-        let kept = Some(
-            kept_on(
-                &cluster.member_url(elected, "postgres", "patroni"),
-                &passes,
-                at,
-                seed,
-                name,
-            )
-            .await,
-        );
-        done.push(Scenario {
-            name,
-            at,
-            new_leader: Some(seen),
-            checks_before: before,
-            kept,
-        });
-        wait_success(&passes, seen, seed, name).await;
+        let (scenario, _) = takeover(&cluster, leader, name, (at, before), &passes, seed).await;
+        done.push(scenario);
         // Heal; the old leader rejoins as the synchronous standby.
         match which {
             1 => blocking(|| cluster.link(leader, true)),
@@ -655,6 +613,32 @@ async fn scenarios(seed: u64) {
         String::from_utf8_lossy(&out.stdout)
     );
     drop(cluster);
+}
+
+/// After an event at `at` that takes leadership from `leader`: waits for the new leader,
+/// checks that it has every snapshot reported published before the event, and waits for a
+/// successful pass through each way; the scenario as it happened, and the new leader.
+async fn takeover(
+    cluster: &Patroni,
+    leader: usize,
+    name: &'static str,
+    (at, checks_before): (Instant, [u64; 2]),
+    passes: &Mutex<Vec<Pass>>,
+    seed: u64,
+) -> (Scenario, usize) {
+    let elected = blocking(|| cluster.wait_leader(Some(leader), Duration::from_secs(90)));
+    let seen = Instant::now();
+    let url = cluster.member_url(elected, "postgres", "patroni");
+    let kept = Some(kept_on(&url, passes, at, seed, name).await);
+    wait_success(passes, seen, seed, name).await;
+    let scenario = Scenario {
+        name,
+        at,
+        new_leader: Some(seen),
+        checks_before,
+        kept,
+    };
+    (scenario, elected)
 }
 
 /// Checks that every snapshot reported published by a pass that ended before `at` is on the

@@ -259,20 +259,7 @@ async fn storm(seed: u64, seconds: u64) {
         tasks.push(tokio::spawn(async move {
             while !stop.load(Ordering::SeqCst) {
                 let mut child = exe(&url, "5s")
-                    .args([
-                        "run",
-                        "--json",
-                        "--concurrency",
-                        "2",
-                        "--max-attempts",
-                        "2",
-                        "--final-probes",
-                        "0",
-                        "--statement-timeout",
-                        "3s",
-                        "--deadline",
-                        "20s",
-                    ])
+                    .args(chaos::PASS)
                     .stdout(std::process::Stdio::null())
                     .stderr(std::process::Stdio::null())
                     .spawn()

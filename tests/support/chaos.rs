@@ -28,6 +28,23 @@ impl Rng {
     }
 }
 
+/// A replica's pass under faults: short timeouts, so that a pass caught by a fault ends soon
+/// and the next one begins (a Job's retry, compressed).
+pub const PASS: [&str; 12] = [
+    "run",
+    "--json",
+    "--concurrency",
+    "2",
+    "--max-attempts",
+    "2",
+    "--final-probes",
+    "0",
+    "--statement-timeout",
+    "3s",
+    "--deadline",
+    "20s",
+];
+
 /// The seed from `var` (a replay), else one from the clock.
 pub fn seed(var: &str) -> u64 {
     std::env::var(var)
