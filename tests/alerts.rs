@@ -5,17 +5,12 @@
 //! `promtool` (`scripts/test.sh` installs it) and helm; it fails when either is missing.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
+#[path = "support/helm.rs"]
+mod helm;
+
 use std::process::Command;
 
-fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn helm() -> PathBuf {
-    let local = root().join(".tools/bin/helm");
-    if local.exists() { local } else { "helm".into() }
-}
+use helm::root;
 
 fn output(cmd: &mut Command, what: &str) -> String {
     let out = cmd
@@ -32,22 +27,8 @@ fn output(cmd: &mut Command, what: &str) -> String {
 
 #[test]
 fn the_charts_alert_rules_pass_promtools_unit_tests() {
-    let rendered = output(
-        Command::new(helm())
-            .args(["template", "pe", "charts/package-executor"])
-            .args(["--set", "metrics.prometheusRule.enabled=true"])
-            .args(["--api-versions", "monitoring.coreos.com/v1/PrometheusRule"])
-            .args(["--show-only", "templates/prometheusrule.yaml"])
-            .current_dir(root()),
-        "helm template",
-    );
-    let rule: serde_json::Value = rendered
-        .split("\n---")
-        .filter_map(|doc| serde_norway::from_str::<serde_json::Value>(doc).ok())
-        .find(|d| d["kind"] == "PrometheusRule")
-        .expect("the chart renders a PrometheusRule");
+    let (rules, rule) = helm::alert_rules();
     let dir = tempfile::tempdir().unwrap();
-    let rules = serde_json::json!({"groups": rule["spec"]["groups"]});
     std::fs::write(
         dir.path().join("rules.yml"),
         serde_norway::to_string(&rules).unwrap(),

@@ -13,6 +13,8 @@
 
 #[path = "support/db.rs"]
 mod db;
+#[path = "support/helm.rs"]
+mod helm;
 #[path = "support/pg.rs"]
 mod pg;
 
@@ -242,46 +244,36 @@ impl Database {
 /// URLs, `verify-full` with the CA and a client certificate per job, two shards, the sweep.
 fn render(db: &Database, image: &str) -> Vec<Value> {
     let (repository, tag) = image.rsplit_once(':').unwrap();
-    let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/package-executor");
-    let out = std::process::Command::new("helm")
-        .args([
-            "template",
-            "pe",
-            chart.to_str().unwrap(),
-            "--namespace",
-            "pe",
-        ])
-        .args(["--set", &format!("image.repository={repository}")])
-        .args(["--set", &format!("image.tag={tag}")])
-        .args(["--set", "database.create=true"])
-        .args([
-            "--set",
-            &format!("database.migrateUrl={}", db.url("pe_migrator")),
-        ])
-        .args([
-            "--set",
-            &format!("database.executorUrl={}", db.url("pe_executor")),
-        ])
-        .args(["--set", "database.tls.sslmode=verify-full"])
-        .args(["--set", "database.tls.ca.secret=pe-ca"])
-        .args([
-            "--set",
-            "database.tls.clientCert.migrateSecret=pe-migrate-cert",
-        ])
-        .args([
-            "--set",
-            "database.tls.clientCert.executorSecret=pe-executor-cert",
-        ])
-        .args(["--set", "run.shards=2", "--set", "sweep.enabled=true"])
-        .output()
-        .expect("helm (scripts/test.sh installs it into .tools/bin)");
-    assert!(out.status.success(), "helm template: {}", text(&out.stderr));
-    let rendered = text(&out.stdout);
-    rendered
-        .split("\n---")
-        .filter_map(|doc| serde_norway::from_str::<Value>(doc).ok())
-        .filter(|v| v.is_object())
-        .collect()
+    let migrate = format!("database.migrateUrl={}", db.url("pe_migrator"));
+    let execute = format!("database.executorUrl={}", db.url("pe_executor"));
+    let repository = format!("image.repository={repository}");
+    let tag = format!("image.tag={tag}");
+    helm::objects(&helm::template(&[
+        "--namespace",
+        "pe",
+        "--set",
+        &repository,
+        "--set",
+        &tag,
+        "--set",
+        "database.create=true",
+        "--set",
+        &migrate,
+        "--set",
+        &execute,
+        "--set",
+        "database.tls.sslmode=verify-full",
+        "--set",
+        "database.tls.ca.secret=pe-ca",
+        "--set",
+        "database.tls.clientCert.migrateSecret=pe-migrate-cert",
+        "--set",
+        "database.tls.clientCert.executorSecret=pe-executor-cert",
+        "--set",
+        "run.shards=2",
+        "--set",
+        "sweep.enabled=true",
+    ]))
 }
 
 /// The rendered object of `kind` whose name ends with `suffix`.

@@ -3,6 +3,9 @@
 //! oldest minor k8s-openapi 0.29 supports), and parsing into k8s-openapi types.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "support/helm.rs"]
+mod helm;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -180,7 +183,7 @@ fn assert_run_job(spec: &JobSpec, memory: &str) {
     );
 }
 
-fn helm(args: &[&str]) -> String {
+fn run_helm(args: &[&str]) -> String {
     run(Command::new(tool("helm")).args(args).current_dir(root()))
 }
 
@@ -201,12 +204,12 @@ const ALL_ON: [&str; 12] = [
 
 #[test]
 fn chart_lints_validates_and_parses() {
-    helm(&["lint", "--strict", "charts/package-executor"]);
+    run_helm(&["lint", "--strict", "charts/package-executor"]);
     let mut lint_all = vec!["lint", "--strict", "charts/package-executor"];
     lint_all.extend(ALL_ON);
-    helm(&lint_all);
+    run_helm(&lint_all);
 
-    let default = helm(&[
+    let default = run_helm(&[
         "template",
         "pe",
         "charts/package-executor",
@@ -303,7 +306,7 @@ fn chart_lints_validates_and_parses() {
         KUBE_VERSION,
     ];
     all_args.extend(ALL_ON);
-    let all = helm(&all_args);
+    let all = run_helm(&all_args);
     validate("all-on", &all);
     let a = docs(&all);
     assert_only_lifecycle_hooks(&a);
@@ -371,7 +374,7 @@ fn chart_lints_validates_and_parses() {
 /// satisfy the chart's `kubeVersion`.
 #[test]
 fn chart_renders_with_no_flags() {
-    let out = helm(&["template", "charts/package-executor"]);
+    let out = run_helm(&["template", "charts/package-executor"]);
     assert!(docs(&out).iter().any(|d| d["kind"] == "Job"));
 }
 
@@ -439,14 +442,14 @@ fn chart_mounts_tls_material_for_each_job() {
         KUBE_VERSION,
     ];
     args.extend(TLS_ON);
-    helm(
+    run_helm(
         &[
             &["lint", "--strict", "charts/package-executor"][..],
             &TLS_ON[..],
         ]
         .concat(),
     );
-    let out = helm(&args);
+    let out = run_helm(&args);
     validate("tls", &out);
     let d = docs(&out);
     assert_only_lifecycle_hooks(&d);
@@ -462,7 +465,7 @@ fn chart_mounts_tls_material_for_each_job() {
     assert_tls(sweep.template.spec.as_ref().unwrap(), "pe-executor-cert");
 
     // Without TLS values, no PGSSL* variable and no volume: the URL decides alone.
-    let plain = helm(&[
+    let plain = run_helm(&[
         "template",
         "pe",
         "charts/package-executor",
@@ -485,7 +488,7 @@ const METRICS_ON: [&str; 6] = [
 /// name only metrics this program emits; the pods get the push URL and may reach it.
 #[test]
 fn chart_pushes_metrics_and_renders_alert_rules() {
-    helm(
+    run_helm(
         &[
             &["lint", "--strict", "charts/package-executor"][..],
             &METRICS_ON[..],
@@ -499,14 +502,14 @@ fn chart_pushes_metrics_and_renders_alert_rules() {
         "--kube-version",
         KUBE_VERSION,
     ];
-    let without_api = helm(&[&base[..], &METRICS_ON[..]].concat());
+    let without_api = run_helm(&[&base[..], &METRICS_ON[..]].concat());
     assert!(
         !docs(&without_api)
             .iter()
             .any(|d| d["kind"] == "PrometheusRule"),
         "no PrometheusRule where the API is missing"
     );
-    let with_api = helm(
+    let with_api = run_helm(
         &[
             &base[..],
             &METRICS_ON[..],
@@ -729,7 +732,7 @@ fn names_fit_for_a_53_character_release() {
         KUBE_VERSION,
     ];
     args.extend(ALL_ON);
-    let rendered = helm(&args);
+    let rendered = run_helm(&args);
     validate("53-character release", &rendered);
     let all = docs(&rendered);
     assert!(all.len() > 8, "every option renders its objects");
@@ -774,7 +777,7 @@ fn trigger_submits_the_charts_recovery_job() {
         "run.shards=2",
     ];
     args.extend(TLS_ON);
-    let rendered = docs(&helm(&args));
+    let rendered = docs(&run_helm(&args));
     let cron = find(&rendered, "CronJob", "recovery");
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("recovery.yaml");
@@ -816,11 +819,7 @@ fn the_values_schema_refuses_unknown_keys_and_wrong_types() {
         ("run.shards=two", "Expected: integer"),
         ("database.tls.sslmode=verify_full", "database.tls.sslmode"),
     ] {
-        let out = Command::new(tool("helm"))
-            .args(["template", "pe", "charts/package-executor", "--set", set])
-            .current_dir(root())
-            .output()
-            .unwrap();
+        let out = helm::template_output(&["--set", set]);
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{set} was accepted");
         assert!(err.contains(says), "{set}: {err}");
@@ -834,7 +833,7 @@ fn the_values_schema_refuses_unknown_keys_and_wrong_types() {
 fn a_password_with_quote_at_slash_and_percent_renders_a_working_url() {
     let password = "it's@a/100%";
     let release = "b".repeat(53);
-    let rendered = helm(&[
+    let rendered = run_helm(&[
         "template",
         &release,
         "charts/package-executor",

@@ -8,6 +8,8 @@
 
 #[path = "support/db.rs"]
 mod db;
+#[path = "support/helm.rs"]
+mod helm;
 #[path = "support/pg.rs"]
 mod pg;
 
@@ -110,24 +112,7 @@ fn start(bin: &str, args: &[String]) -> Server {
 
 /// The chart's alert rules as a Prometheus rule file.
 fn rules(dir: &Path) {
-    let helm = Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools/bin/helm");
-    let helm = if helm.exists() { helm } else { "helm".into() };
-    let out = std::process::Command::new(helm)
-        .args(["template", "pe", "charts/package-executor"])
-        .args(["--set", "metrics.prometheusRule.enabled=true"])
-        .args(["--api-versions", "monitoring.coreos.com/v1/PrometheusRule"])
-        .args(["--show-only", "templates/prometheusrule.yaml"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("helm");
-    assert!(out.status.success());
-    let text = String::from_utf8(out.stdout).unwrap();
-    let rule: Value = text
-        .split("\n---")
-        .filter_map(|d| serde_norway::from_str::<Value>(d).ok())
-        .find(|d| d["kind"] == "PrometheusRule")
-        .unwrap();
-    let file = serde_json::json!({"groups": rule["spec"]["groups"]});
+    let (file, _) = helm::alert_rules();
     std::fs::write(
         dir.join("rules.yml"),
         serde_norway::to_string(&file).unwrap(),

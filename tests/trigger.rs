@@ -2,6 +2,9 @@
 //! and the exit codes.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "support/helm.rs"]
+mod helm;
+
 use std::time::Duration;
 
 use http::{Method, Request, Response, StatusCode};
@@ -428,28 +431,7 @@ fn rendered_recovery_cron_job() -> serde_json::Value {
 /// The chart rendered by helm (`helm template pe charts/package-executor ARGS`), one value per
 /// object.
 fn rendered(args: &[&str]) -> Vec<serde_json::Value> {
-    let out = std::process::Command::new(helm())
-        .args(["template", "pe", "charts/package-executor"])
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("helm (scripts/test.sh installs it into .tools/bin)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .split("\n---")
-        .filter_map(|doc| serde_norway::from_str::<serde_json::Value>(doc).ok())
-        .filter(serde_json::Value::is_object)
-        .collect()
-}
-
-fn helm() -> std::path::PathBuf {
-    let local = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools/bin/helm");
-    if local.exists() { local } else { "helm".into() }
+    helm::objects(&helm::template(args))
 }
 
 /// `--from-cronjob` through kube's mock service: the chart's template is read from the
