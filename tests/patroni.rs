@@ -84,6 +84,9 @@ struct Pass {
     /// Whether it met a member that was no longer the leader: a write refused as read-only
     /// (`25006`), or a new connection that found a standby.
     met_a_standby: bool,
+    /// Projects it left pending because their last attempt's `COMMIT` was given up
+    /// unacknowledged (a leader waiting for a synchronous standby it has lost).
+    unacknowledged: usize,
 }
 
 #[derive(Default)]
@@ -175,9 +178,13 @@ async fn pass(url: &str, way: Way, pids: &Mutex<Vec<u32>>) -> Pass {
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     let mut published = Vec::new();
     let mut met_a_standby = false;
+    let mut unacknowledged = 0;
     let read = async {
         while let Ok(Some(line)) = lines.next_line().await {
             met_a_standby |= line.contains("25006") || line.contains("the host is now a standby");
+            if line.contains("the COMMIT was not acknowledged") {
+                unacknowledged += 1;
+            }
             let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
                 continue;
             };
@@ -209,6 +216,7 @@ async fn pass(url: &str, way: Way, pids: &Mutex<Vec<u32>>) -> Pass {
         code,
         published,
         met_a_standby,
+        unacknowledged,
     }
 }
 
@@ -512,18 +520,26 @@ async fn scenarios(seed: u64) {
             let published: usize = window.iter().map(|p| p.published.len()).sum();
             let exits = |code: i32| window.iter().filter(|p| p.code == Some(code)).count();
             let met = window.iter().filter(|p| p.met_a_standby).count();
+            let unacknowledged: usize = window.iter().map(|p| p.unacknowledged).sum();
+            let longest = window
+                .iter()
+                .map(|p| p.ended - p.started)
+                .max()
+                .unwrap_or_default();
             let next = next_success(&passes, way, s.new_leader.unwrap_or(s.at))
                 .map(|t| format!("{:.1} s", (t - s.at).as_secs_f64()))
                 .unwrap_or_else(|| "none".into());
             report.push_str(&format!(
                 "    {}: next successful pass {next} after the event, at most {:.1} s without one; \
-                 passes exited 0/3/8: {}/{}/{} ({met} met a demoted member); consumer checks {}, stale 0; \
+                 passes exited 0/3/8: {}/{}/{} ({met} met a demoted member), the longest took {:.1} s; \
+                 {unacknowledged} projects left pending on an unacknowledged COMMIT; consumer checks {}, stale 0; \
                  published snapshots {published}\n",
                 way.label(),
                 longest_without_success(&window, s.at).as_secs_f64(),
                 exits(0),
                 exits(3),
                 exits(8),
+                longest.as_secs_f64(),
                 after[way.index()] - s.checks_before[way.index()],
             ));
         }

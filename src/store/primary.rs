@@ -7,6 +7,8 @@ use std::str::FromStr;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
+use futures::StreamExt as _;
+use futures::stream::FuturesUnordered;
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions as _, Connection as _, PgConnection, PgPool, Postgres, Row};
@@ -268,30 +270,50 @@ impl PgTarget {
     }
 
     /// Finds a usable host (a primary unless `target_session_attrs=any`), polling until the
-    /// failover timeout, and points the pool at it.
+    /// failover timeout, and points the pool at it. The hosts are probed at once and the first
+    /// usable one to answer is taken. With `read-write` there is one primary, except while a
+    /// Patroni leader cut off from its store has not yet demoted itself; in synchronous mode
+    /// that one acknowledges no commit, so work sent there is retried, never lost.
     pub async fn follow_primary(&self) -> Result<(), StoreError> {
         let started = Instant::now();
         let mut last = Vec::with_capacity(self.hosts.len());
         loop {
             last.clear();
-            for opts in self.hosts.iter() {
-                if let Err(why) = is_usable(opts, self.attrs).await {
-                    last.push(format!("{}:{}: {why}", opts.get_host(), opts.get_port()));
-                } else {
-                    let pool = lazy_pool(
-                        opts.clone(),
-                        self.attrs,
-                        self.max_connections,
-                        self.acquire_timeout,
-                    );
-                    let old = {
-                        let mut current = self.current.write().unwrap_or_else(|p| p.into_inner());
-                        std::mem::replace(&mut *current, pool)
-                    };
-                    tracing::info!(host = %opts.get_host(), port = opts.get_port(), "using this PostgreSQL host");
-                    tokio::spawn(async move { old.close().await });
-                    return Ok(());
+            // Every host at once, the first usable answer wins: a host that has fallen silent
+            // (a cut link) costs no probe timeout before the others are asked, as it would in
+            // URL order.
+            let mut probes: FuturesUnordered<_> = self
+                .hosts
+                .iter()
+                .map(|opts| async move { (opts, is_usable(opts, self.attrs).await) })
+                .collect();
+            let mut usable = None;
+            while let Some((opts, verdict)) = probes.next().await {
+                match verdict {
+                    Ok(()) => {
+                        usable = Some(opts);
+                        break;
+                    }
+                    Err(why) => {
+                        last.push(format!("{}:{}: {why}", opts.get_host(), opts.get_port()))
+                    }
                 }
+            }
+            drop(probes);
+            if let Some(opts) = usable {
+                let pool = lazy_pool(
+                    opts.clone(),
+                    self.attrs,
+                    self.max_connections,
+                    self.acquire_timeout,
+                );
+                let old = {
+                    let mut current = self.current.write().unwrap_or_else(|p| p.into_inner());
+                    std::mem::replace(&mut *current, pool)
+                };
+                tracing::info!(host = %opts.get_host(), port = opts.get_port(), "using this PostgreSQL host");
+                tokio::spawn(async move { old.close().await });
+                return Ok(());
             }
             // A TLS failure on every host will not heal by waiting: say so now, and when each
             // is the configuration's (an untrusted or misnamed certificate, say), as such
