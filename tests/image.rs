@@ -273,6 +273,9 @@ fn render(db: &Database, image: &str) -> Vec<Value> {
         "run.shards=2",
         "--set",
         "sweep.enabled=true",
+        // A timeout set through the chart, parsed by the binary in every pod that connects.
+        "--set",
+        "database.timeouts.connect=45s",
     ]))
 }
 

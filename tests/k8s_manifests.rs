@@ -187,7 +187,7 @@ fn run_helm(args: &[&str]) -> String {
     run(Command::new(tool("helm")).args(args).current_dir(root()))
 }
 
-const ALL_ON: [&str; 12] = [
+const ALL_ON: [&str; 16] = [
     "--set",
     "metrics.dashboard.enabled=true",
     "--set",
@@ -200,6 +200,10 @@ const ALL_ON: [&str; 12] = [
     "rbac.triggerInCluster=true",
     "--set",
     "migration.createRoles=true",
+    "--set",
+    "database.timeouts.connect=45s",
+    "--set",
+    "database.timeouts.answerMargin=5s",
 ];
 
 #[test]
@@ -360,13 +364,37 @@ fn chart_lints_validates_and_parses() {
             .as_deref(),
         Some("3")
     );
+    let value = |env: &[k8s_openapi::api::core::v1::EnvVar], name: &str| {
+        env.iter()
+            .find(|e| e.name == name)
+            .and_then(|e| e.value.clone())
+    };
+    // The database timeouts that are set reach every pod that connects, and only those.
+    assert_eq!(
+        value(&env, "PACKAGE_EXECUTOR_CONNECT_TIMEOUT").as_deref(),
+        Some("45s")
+    );
+    assert_eq!(
+        value(&env, "PACKAGE_EXECUTOR_ANSWER_MARGIN").as_deref(),
+        Some("5s")
+    );
+    assert_eq!(value(&env, "PACKAGE_EXECUTOR_STATEMENT_TIMEOUT"), None);
     let migrate: Job = serde_json::from_value(migrate.clone()).unwrap();
+    let migrate_container = &migrate.spec.unwrap().template.spec.unwrap().containers[0];
     assert!(
-        migrate.spec.unwrap().template.spec.unwrap().containers[0]
+        migrate_container
             .args
             .as_ref()
             .unwrap()
             .contains(&"--create-roles".to_owned())
+    );
+    assert_eq!(
+        value(
+            migrate_container.env.as_ref().unwrap(),
+            "PACKAGE_EXECUTOR_CONNECT_TIMEOUT"
+        )
+        .as_deref(),
+        Some("45s")
     );
 }
 

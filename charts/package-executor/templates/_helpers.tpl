@@ -121,6 +121,9 @@ containers:
         valueFrom:
           fieldRef:
             fieldPath: metadata.namespace
+      {{- with (include "pe.timeoutEnv" . | trim) }}
+      {{- . | nindent 6 }}
+      {{- end }}
       {{- with (include "pe.tlsEnv" (dict "root" . "cert" .Values.database.tls.clientCert.executorSecret) | trim) }}
       {{- . | nindent 6 }}
       {{- end }}
@@ -221,6 +224,17 @@ template:
 
 
 {{/* TLS environment for a container; call with (dict "root" $ "cert" <client cert Secret name>). */}}
+{{/* The database timeouts that are set (database.timeouts); call with the root context. */}}
+{{- define "pe.timeoutEnv" -}}
+{{- $t := .Values.database.timeouts -}}
+{{- range $key, $name := dict "connect" "CONNECT_TIMEOUT" "statement" "STATEMENT_TIMEOUT" "lock" "LOCK_TIMEOUT" "answerMargin" "ANSWER_MARGIN" }}
+{{- with index $t $key }}
+- name: PACKAGE_EXECUTOR_{{ $name }}
+  value: {{ . | quote }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
 {{- define "pe.tlsEnv" -}}
 {{- $tls := .root.Values.database.tls -}}
 {{- if $tls.sslmode }}
