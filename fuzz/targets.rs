@@ -17,7 +17,7 @@ const APPROVED: [&str; 2] = ["network", "fs.read"];
 /// and its identity and alias are canonical.
 pub fn revision(data: &[u8]) {
     let approved: Vec<String> = APPROVED.iter().map(|s| (*s).to_owned()).collect();
-    let whole = revision::extract(data, PACKAGE, &approved);
+    let whole = revision::reference::extract(data, PACKAGE, &approved);
     // The streamed read agrees with the whole read, however the bytes are sliced.
     let cut = data.first().map_or(1, |b| usize::from(*b % 13) + 1);
     for slices in [
@@ -25,14 +25,14 @@ pub fn revision(data: &[u8]) {
         data.chunks(cut).collect(),
         vec![&data[..data.len() / 2], &data[data.len() / 2..]],
     ] {
-        let mut stream = revision::RevisionStream::new();
+        let mut stream = revision::RevisionStream::new(PACKAGE, &approved);
         for s in &slices {
             stream.feed(s);
         }
         let streamed = stream.finish();
         assert_eq!(streamed.digest, Digest::of(data));
         assert_eq!(streamed.len, data.len() as u64);
-        match (&whole, streamed.extract(PACKAGE, &approved)) {
+        match (&whole, streamed.extract()) {
             (Ok(w), Ok(s)) => assert_eq!(w, &s),
             (Err(w), Err(s)) => assert_eq!(w.code, s.code, "{} / {}", w.detail, s.detail),
             (w, s) => panic!("whole read {w:?}, streamed read {s:?}"),

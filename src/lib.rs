@@ -18,6 +18,7 @@ pub mod k8s;
 pub mod metrics;
 pub mod model;
 pub mod planner;
+pub mod quote;
 pub mod rejection;
 pub mod report;
 pub mod revision;

@@ -150,6 +150,8 @@ pub struct SnapshotBuilder {
     entries: Vec<Entry>,
     body_bytes: u64,
     bodies_dropped: bool,
+    /// Valid definitions seen, of which at most one more than the limit are kept.
+    definition_count: usize,
 }
 
 fn parse_permissions(text: &str) -> Option<Vec<String>> {
@@ -178,6 +180,7 @@ impl SnapshotBuilder {
             vector_digest,
             entries: Vec::new(),
             body_bytes: 0,
+            definition_count: 0,
             bodies_dropped: false,
         }
     }
@@ -291,31 +294,25 @@ impl SnapshotBuilder {
         Ok(())
     }
 
-    /// Step 2c: package `i`'s revision bytes (digest, document, definitions).
+    /// Step 2c: package `i`'s revision bytes (digest, document, definitions), held whole.
     pub fn add_revision(
         &mut self,
         i: usize,
         approved: &[String],
         bytes: &[u8],
     ) -> Result<(), Rejection> {
-        let contribution = self
-            .check_digest(i, Digest::of(bytes))
-            .and_then(|name| revision::extract(bytes, name, approved));
-        self.accept(i, contribution)
+        let mut stream = revision::RevisionStream::new(&self.heads[i].package_name, approved);
+        stream.feed(bytes);
+        self.add_streamed(i, stream.finish())
     }
 
-    /// Step 2 for a revision read in slices: the same checks as [`Self::add_revision`], on
-    /// what [`revision::RevisionStream`] kept of it.
-    pub fn add_streamed(
-        &mut self,
-        i: usize,
-        approved: &[String],
-        streamed: revision::Streamed,
-    ) -> Result<(), Rejection> {
+    /// Step 2 for a revision read by [`revision::RevisionStream`] (made for package `i`, with
+    /// its generation's approved permissions): the digest check, then what the reader found.
+    pub fn add_streamed(&mut self, i: usize, streamed: revision::Streamed) -> Result<(), Rejection> {
         let digest = streamed.digest.clone();
         let contribution = self
             .check_digest(i, digest)
-            .and_then(|name| streamed.extract(name, approved));
+            .and_then(|_| streamed.extract());
         self.accept(i, contribution)
     }
 
@@ -341,7 +338,9 @@ impl SnapshotBuilder {
         contribution: Result<revision::Contribution, Rejection>,
     ) -> Result<(), Rejection> {
         let h = &self.heads[i];
-        for def in contribution?.definitions {
+        let contribution = contribution?;
+        self.definition_count += contribution.definition_count;
+        for def in contribution.definitions {
             self.body_bytes += def.canonical_len;
             let mut entry = Entry {
                 def,
@@ -357,7 +356,10 @@ impl SnapshotBuilder {
             if self.bodies_dropped {
                 entry.def.body = None;
             }
-            self.entries.push(entry);
+            // One past the limit is enough for the set checks to refuse the project.
+            if self.entries.len() <= MAX_DEFINITIONS {
+                self.entries.push(entry);
+            }
         }
         Ok(())
     }
@@ -365,13 +367,13 @@ impl SnapshotBuilder {
     /// Step 3: the set checks, then the document.
     pub fn finish(mut self) -> Result<Snapshot, Rejection> {
         let project = &self.project_id;
-        if self.entries.len() > MAX_DEFINITIONS {
+        if self.definition_count > MAX_DEFINITIONS {
             return Err(Rejection::new(
                 Code::TooManyDefinitions,
                 format!(
                     "project {project} offers {} tool definitions, over the limit of \
                      {MAX_DEFINITIONS}; remove packages or tools",
-                    self.entries.len()
+                    self.definition_count
                 ),
             ));
         }

@@ -132,7 +132,7 @@ impl Rejection {
     pub fn new(code: RejectionCode, detail: impl Into<String>) -> Self {
         Self {
             code,
-            detail: detail.into(),
+            detail: crate::quote::bound_detail(detail.into()),
             recorded: true,
         }
     }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::planner::{ActiveHead, Snapshot, SnapshotBuilder, StoredLength};
 use crate::rejection::Rejection;
 use crate::report::{Outcome, Unresolved};
-use crate::revision::RevisionStream;
+use crate::revision::{self, RevisionStream};
 use crate::store::{
     Attempt, Dialect, ObservedHead, Replay, RevisionBytes, Session, StoreError, answered,
 };
@@ -90,7 +90,7 @@ async fn attempt_in(
 ) -> Result<(Step, bool), StoreError> {
     // Memory for revisions that come with the observation, if it is free right now; an
     // attempt never waits for it (it then reads them as usual).
-    let mut inline_memory = budget.try_reserve(2 * INLINE_BYTES);
+    let mut inline_memory = budget.try_reserve(2 * INLINE_BYTES + parse_held(INLINE_BYTES));
     let cap = inline_memory.as_ref().map(|_| INLINE_BYTES);
     let mut opening = answered(limit, a.open_with(project_id, cap)).await?;
     if opening.inline.is_empty() {
@@ -248,6 +248,14 @@ const SLICE_BYTES_PG: u64 = 1 << 20;
 /// larger (fewer whole loads) while still far below the revision's size.
 const SLICE_BYTES_SQLITE: u64 = 4 << 20;
 
+/// What reading revisions of `need` stored bytes holds besides their bytes: the reader's
+/// state ([`revision::HELD_BYTES`] at most, and never more than a fixed multiple of the text,
+/// since nothing is built that the text does not spell out: a value tree of at most 32 bytes
+/// per byte of text, the text of one string, and canonical bodies).
+pub fn parse_held(need: u64) -> u64 {
+    revision::HELD_BYTES.min(40 * need + (64 << 10))
+}
+
 /// Heads to read in one go: (head index, approved permissions, revision digest), in order.
 struct Batch {
     heads: Vec<(usize, Vec<String>, String)>,
@@ -363,8 +371,9 @@ async fn read_in_slices(
         Dialect::Postgres => (SLICE_BYTES_PG, 2 * SLICE_BYTES_PG.min(need)),
         Dialect::Sqlite => (SLICE_BYTES_SQLITE, need + 2 * SLICE_BYTES_SQLITE.min(need)),
     };
-    let _reservation = budget.reserve(held).await;
-    let mut stream = RevisionStream::new();
+    let _reservation = budget.reserve(held + parse_held(need)).await;
+    let package = builder.heads()[i].package_name.clone();
+    let mut stream = RevisionStream::new(&package, approved);
     let mut offset = 0;
     while offset < need {
         let len = slice.min(need - offset);
@@ -385,10 +394,9 @@ async fn read_in_slices(
         .await??;
         offset += len;
     }
-    let approved = approved.to_vec();
     cpu(true, move || {
         let mut builder = builder;
-        let added = builder.add_streamed(i, &approved, stream.finish());
+        let added = builder.add_streamed(i, stream.finish());
         (builder, added)
     })
     .await
@@ -403,7 +411,7 @@ async fn read_together(
     need: u64,
     limit: Option<Duration>,
 ) -> Result<(SnapshotBuilder, Result<(), Rejection>), StoreError> {
-    let _reservation = budget.reserve(need).await;
+    let _reservation = budget.reserve(need + parse_held(need)).await;
     let digests: Vec<&str> = batch.iter().map(|(_, _, d)| d.as_str()).collect();
     let revisions = answered(limit, a.revision_contents(&digests)).await?;
     if let Some((_, _, d)) = batch.iter().find(|(_, _, d)| !revisions.contains_key(d)) {

@@ -1,23 +1,26 @@
 //! Materialized revision bytes → one package's contribution (contract section 5).
 //!
-//! Only `schema`, `package` and `tools` are parsed into memory, strictly; every other member
-//! (resources, files: possibly most of 24 MiB) is skipped as it is read, so a revision's
-//! footprint is its raw bytes plus its tool definitions.
+//! Of `schema`, `package` and `tools` only what the limits need is built, one definition at a
+//! time ([`RevisionStream`]); every other member (resources, files: possibly most of 24 MiB)
+//! is skipped as it is read, so what a revision costs besides the slice being read is bounded
+//! by [`HELD_BYTES`] whatever its content.
 
 use std::collections::BTreeSet;
 use std::fmt;
 
-use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, Visitor};
 use serde_json::{Map, Value};
 
-use crate::canonical::{self, StrictValue};
+use crate::canonical;
 use crate::identity::{self, ToolIdentity};
 use crate::model::Digest;
+use crate::quote::quote;
 use crate::rejection::{Rejection, RejectionCode as Code};
 
+#[doc(hidden)]
+pub mod reference;
 mod stream;
 
-pub use stream::{RevisionStream, Streamed};
+pub use stream::{HELD_BYTES, KEPT_DEFINITIONS, RevisionStream, SMALL_TEXT_BYTES, Streamed};
 
 /// The `schema` a revision must declare.
 pub const REVISION_SCHEMA: &str = "qinglong/materialized-revision@v1";
@@ -87,58 +90,10 @@ pub struct ValidatedDefinition {
 pub struct Contribution {
     /// The package's declared version.
     pub package_version: String,
-    /// Its definitions, in array order.
+    /// Its valid definitions, in array order: at most [`KEPT_DEFINITIONS`] of them.
     pub definitions: Vec<ValidatedDefinition>,
-}
-
-/// The kept members of a revision document.
-#[derive(Debug, Default)]
-struct Kept {
-    schema: Option<Value>,
-    package: Option<Value>,
-    tools: Option<Value>,
-}
-
-struct KeptSeed;
-
-impl<'de> DeserializeSeed<'de> for KeptSeed {
-    type Value = Kept;
-
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Kept, D::Error> {
-        d.deserialize_any(KeptVisitor)
-    }
-}
-
-struct KeptVisitor;
-
-impl<'de> Visitor<'de> for KeptVisitor {
-    type Value = Kept;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a materialized-revision object")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Kept, A::Error> {
-        let mut kept = Kept::default();
-        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-            let slot = match key.as_ref() {
-                "schema" => &mut kept.schema,
-                "package" => &mut kept.package,
-                "tools" => &mut kept.tools,
-                _ => {
-                    map.next_value::<IgnoredAny>()?;
-                    continue;
-                }
-            };
-            if slot.is_some() {
-                return Err(de::Error::custom(format_args!(
-                    "duplicate member name {key:?}"
-                )));
-            }
-            *slot = Some(map.next_value_seed(StrictValue)?);
-        }
-        Ok(kept)
-    }
+    /// How many valid definitions it has, kept or not.
+    pub definition_count: usize,
 }
 
 fn malformed(package: &str, why: impl fmt::Display) -> Rejection {
@@ -151,97 +106,57 @@ fn malformed(package: &str, why: impl fmt::Display) -> Rejection {
     )
 }
 
-/// Parses a revision and validates its definitions against the installation's package name and
-/// the generation's approved permissions. The first failure, in contract section 6 order, is returned.
+/// Parses a revision held whole and validates its definitions against the installation's
+/// package name and the generation's approved permissions: the streamed reader fed one slice.
+/// The first failure, in contract section 6 order, is returned.
 pub fn extract(
     bytes: &[u8],
     package_name: &str,
     approved_permissions: &[String],
 ) -> Result<Contribution, Rejection> {
-    let kept = parse_kept(bytes).map_err(|e| malformed(package_name, e))?;
-    validate_kept(kept, package_name, approved_permissions)
+    let mut stream = RevisionStream::new(package_name, approved_permissions);
+    stream.feed(bytes);
+    stream.finish().extract()
 }
 
-/// The kept members of a whole revision held in memory, or why it is not a document.
-fn parse_kept(bytes: &[u8]) -> Result<Kept, String> {
-    let text =
-        canonical::check_utf8_and_depth(bytes, MAX_REVISION_DEPTH).map_err(|e| e.to_string())?;
-    let mut de = serde_json::Deserializer::from_str(text);
-    de.disable_recursion_limit();
-    KeptSeed
-        .deserialize(&mut de)
-        .and_then(|k| de.end().map(|()| k))
-        .map_err(|e| e.to_string())
+/// The forbidden member `name` is, if it is one.
+fn forbidden(name: &str) -> Option<&'static str> {
+    FORBIDDEN_MEMBERS
+        .binary_search(&name)
+        .ok()
+        .map(|i| FORBIDDEN_MEMBERS[i])
 }
 
-/// Checks the kept members of a parsed revision (shared by the whole and the streamed read).
-fn validate_kept(
-    kept: Kept,
-    package_name: &str,
-    approved_permissions: &[String],
-) -> Result<Contribution, Rejection> {
-    match &kept.schema {
-        Some(Value::String(s)) if s == REVISION_SCHEMA => {}
-        Some(other) => return Err(malformed(package_name, format_args!("schema is {other}"))),
-        None => return Err(malformed(package_name, "the schema member is missing")),
-    }
-    let Some(Value::Object(package)) = &kept.package else {
-        return Err(malformed(
-            package_name,
-            "package is missing or not an object",
-        ));
+/// The verdict on a definition whose canonical JSON is certainly over the limit: it was not
+/// built past the limit, so of its members only the forbidden names among its own were looked
+/// at (they rank first), and duplicate names past the limit are not looked for.
+fn oversized_definition(package: &str, index: usize, forbidden: Option<&str>) -> Rejection {
+    let at = Where {
+        package,
+        index,
+        name: None,
     };
-    let Some(Value::String(declared_name)) = package.get("name") else {
-        return Err(malformed(
-            package_name,
-            "package.name is missing or not a string",
-        ));
-    };
-    let package_version = match package.get("version") {
-        Some(Value::String(v)) if semver::Version::parse(v).is_ok() => v.clone(),
-        _ => {
-            return Err(malformed(
-                package_name,
-                "package.version is missing or not SemVer 2.0.0",
-            ));
-        }
-    };
-    let tools = match kept.tools {
-        None => Vec::new(),
-        Some(Value::Array(items)) => items,
-        Some(_) => return Err(malformed(package_name, "tools is not an array")),
-    };
-    if let Some(i) = tools.iter().position(|t| !t.is_object()) {
-        return Err(malformed(
-            package_name,
-            format_args!("tools[{i}] is not an object"),
-        ));
-    }
-    if declared_name != package_name {
-        return Err(Rejection::new(
-            Code::PackageMismatch,
+    match forbidden {
+        Some(member) => forbidden_field(&at, member),
+        None => Rejection::new(
+            Code::InvalidDefinition,
             format!(
-                "package {package_name}: the revision declares package {declared_name:?}; the \
-                 installation's generation points at another package's revision, fix the generation"
+                "{at}: its canonical JSON is over the {MAX_DEFINITION_BYTES}-byte limit; shrink \
+                 the schemas and republish"
             ),
-        ));
+        ),
     }
+}
 
-    let mut definitions = Vec::with_capacity(tools.len());
-    for (index, tool) in tools.into_iter().enumerate() {
-        if let Value::Object(members) = tool {
-            definitions.push(validate_definition(
-                members,
-                package_name,
-                index,
-                approved_permissions,
-            )?);
-        }
-    }
-    Ok(Contribution {
-        package_version,
-        definitions,
-    })
+fn forbidden_field(at: &Where<'_>, member: &str) -> Rejection {
+    Rejection::new(
+        Code::ForbiddenField,
+        format!(
+            "{at}: member {} is forbidden: tool definitions are data only (no handlers, code, \
+             endpoints or credentials); remove it and republish",
+            quote(member)
+        ),
+    )
 }
 
 struct Where<'a> {
@@ -254,7 +169,7 @@ impl fmt::Display for Where<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "package {}: tools[{}]", self.package, self.index)?;
         if let Some(name) = &self.name {
-            write!(f, " ({name:?})")?;
+            write!(f, " ({})", quote(name))?;
         }
         Ok(())
     }
@@ -295,19 +210,16 @@ fn validate_definition(
         .keys()
         .find(|k| FORBIDDEN_MEMBERS.contains(&k.as_str()))
     {
-        return Err(Rejection::new(
-            Code::ForbiddenField,
-            format!(
-                "{at}: member {member:?} is forbidden: tool definitions are data only (no \
-                 handlers, code, endpoints or credentials); remove it and republish"
-            ),
-        ));
+        return Err(forbidden_field(&at, member));
     }
     // 2. invalid-definition.
     let invalid = |member: &str, why: &str| {
         Rejection::new(
             Code::InvalidDefinition,
-            format!("{at}: member {member:?} {why}; fix the definition and republish"),
+            format!(
+                "{at}: member {} {why}; fix the definition and republish",
+                quote(member)
+            ),
         )
     };
     for required in ["inputSchema", "name", "version"] {
@@ -370,8 +282,9 @@ fn validate_definition(
         return Err(Rejection::new(
             Code::InvalidDefinition,
             format!(
-                "{at}: number {n} has magnitude 2^53 or more, outside the I-JSON safe range; \
-                 write it as a string or a smaller number and republish"
+                "{at}: number {} has magnitude 2^53 or more, outside the I-JSON safe range; \
+                 write it as a string or a smaller number and republish",
+                quote(&n.to_string())
             ),
         ));
     }
@@ -396,8 +309,9 @@ fn validate_definition(
             return Err(Rejection::new(
                 Code::NamespaceViolation,
                 format!(
-                    "{at}: member \"namespace\" is {ns:?} but a package may only define tools in \
-                     its own namespace {package:?}; drop the member or correct it"
+                    "{at}: member \"namespace\" is {} but a package may only define tools in \
+                     its own namespace {package:?}; drop the member or correct it",
+                    quote(ns)
                 ),
             ));
         }
