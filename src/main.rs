@@ -66,7 +66,10 @@ fn main() {
     let code = match runtime.block_on(commands::execute(cli)) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!(
+                "error: {}",
+                package_executor::store::redact_text(&format!("{e:#}"))
+            );
             commands::exit_code_for(&e)
         }
     };

@@ -10,6 +10,7 @@ use std::collections::BTreeSet;
 use crate::canonical::{self, HashSink, Sink};
 use crate::identity::{self, LedgerConflict};
 use crate::model::{self, Digest};
+use crate::quote::quote;
 use crate::rejection::{Rejection, RejectionCode as Code};
 use crate::revision::{self, ValidatedDefinition};
 
@@ -211,9 +212,9 @@ impl SnapshotBuilder {
             return Err(Rejection::new(
                 Code::SourceInvalid,
                 format!(
-                    "project id {:?} breaks ^[A-Za-z0-9._-]{{1,128}}$; the database's constraints \
+                    "project id {} breaks ^[A-Za-z0-9._-]{{1,128}}$; the database's constraints \
                      were bypassed, repair the projects row",
-                    self.project_id
+                    quote(&self.project_id)
                 ),
             ));
         }
@@ -227,9 +228,10 @@ impl SnapshotBuilder {
             Rejection::new(
                 Code::SourceInvalid,
                 format!(
-                    "package {:?}: column {column} = {value:?} breaks its format; the database's \
+                    "package {}: column {column} = {} breaks its format; the database's \
                      constraints were bypassed, repair the source row",
-                    h.package_name
+                    quote(&h.package_name),
+                    quote(value)
                 ),
             )
         };
@@ -308,7 +310,11 @@ impl SnapshotBuilder {
 
     /// Step 2 for a revision read by [`revision::RevisionStream`] (made for package `i`, with
     /// its generation's approved permissions): the digest check, then what the reader found.
-    pub fn add_streamed(&mut self, i: usize, streamed: revision::Streamed) -> Result<(), Rejection> {
+    pub fn add_streamed(
+        &mut self,
+        i: usize,
+        streamed: revision::Streamed,
+    ) -> Result<(), Rejection> {
         let digest = streamed.digest.clone();
         let contribution = self
             .check_digest(i, digest)

@@ -93,6 +93,33 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// The same outcome with its detail and digest dropped: what a run keeps of each project
+    /// past the first [`crate::coordinator::KEPT_OUTCOMES`], to count it once across passes.
+    pub fn compact(self) -> Self {
+        match self {
+            Self::Published { .. } => Self::Published {
+                snapshot_digest: String::new(),
+            },
+            Self::Replayed { .. } => Self::Replayed {
+                snapshot_digest: String::new(),
+            },
+            Self::AlreadyCurrent { .. } => Self::AlreadyCurrent {
+                snapshot_digest: String::new(),
+            },
+            Self::Rejected { code, .. } => Self::Rejected {
+                code,
+                detail: String::new(),
+            },
+            Self::Unresolved { reason, .. } => Self::Unresolved {
+                reason,
+                detail: String::new(),
+            },
+            Self::Integrity { .. } => Self::Integrity {
+                detail: String::new(),
+            },
+        }
+    }
+
     /// The outcome word of contract section 6.
     pub fn name(&self) -> &'static str {
         match self {

@@ -146,7 +146,7 @@ pub async fn run(cli: &Cli, args: &RunArgs) -> anyhow::Result<i32> {
         Err(e) => {
             // Still write a truthful summary: nothing was done, the database is unavailable.
             tracing::error!(error = %format!("{e:#}"), "cannot start the run");
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", crate::store::redact_text(&format!("{e:#}")));
             let mut s = RunSummary::new(shard);
             s.elapsed_ms = started.elapsed().as_millis() as u64;
             s.exit_code = super::exit_code_for(&e);

@@ -55,10 +55,12 @@ impl Write for Line {
 
 impl Drop for Line {
     fn drop(&mut self) {
+        // Below every filter: whatever a filter lets through is redacted here.
+        let line = crate::store::redact_text(&String::from_utf8_lossy(&self.0));
         let write = || {
             let mut err = std::io::stderr().lock();
             // Nowhere to report a failed write to stderr.
-            let _ = err.write_all(&self.0);
+            let _ = err.write_all(line.as_bytes());
             let _ = err.flush();
         };
         let bar = SHOWN.read().unwrap_or_else(|p| p.into_inner()).clone();

@@ -80,6 +80,8 @@ impl Crew {
                         if reason == Unresolved::Database {
                             self.check_database().await;
                         }
+                        // A database's message may quote row values: bounded like any detail.
+                        let detail = crate::quote::bound_detail(detail);
                         return Some(Outcome::Unresolved { reason, detail });
                     }
                 }

@@ -5,6 +5,7 @@ mod attempt;
 mod budget;
 mod crew;
 mod lanes;
+mod memory;
 mod stop;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -14,6 +15,7 @@ pub use attempt::{Step, attempt, drift};
 pub use budget::{MemoryBudget, Reservation};
 use crew::{Crew, Queue};
 pub use lanes::pool_size;
+pub use memory::{BASE_BYTES, WORKER_BYTES, memory_bound};
 pub use stop::Stop;
 
 use crate::report::{Outcome, RunSummary, Shard, Unresolved};
@@ -140,12 +142,16 @@ impl std::fmt::Debug for Coordinator<'_> {
     }
 }
 
+/// Outcomes a run keeps whole (for `demo`'s table); past them it keeps each project's outcome
+/// word and code only, so a long run's memory does not grow with the details it logged.
+pub const KEPT_OUTCOMES: usize = 1000;
+
 /// The result of `run`: the summary plus each project's final outcome.
 #[derive(Debug)]
 pub struct RunReport {
     /// The summary (exit code decided).
     pub summary: RunSummary,
-    /// Final outcome per project attempted.
+    /// Final outcome per project attempted (past [`KEPT_OUTCOMES`], without detail or digest).
     pub outcomes: BTreeMap<String, Outcome>,
 }
 
@@ -323,6 +329,13 @@ impl<'a> Coordinator<'a> {
         let collect = async {
             while let Some((p, o)) = decided.recv().await {
                 self.observer.outcome(&p, &o);
+                // Each outcome was logged in full as it came; past a bound a run keeps only
+                // what it needs to count each project once.
+                let o = if outcomes.len() >= KEPT_OUTCOMES {
+                    o.compact()
+                } else {
+                    o
+                };
                 outcomes.insert(p, o);
             }
         };

@@ -156,4 +156,3 @@ fn validate_kept(
         definitions,
     })
 }
-

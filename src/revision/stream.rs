@@ -879,14 +879,24 @@ impl Scanner {
                     b'-' => self.begin_number(b, Num::Minus),
                     b'0' => self.begin_number(b, Num::Zero),
                     b'1'..=b'9' => self.begin_number(b, Num::Int),
-                    b't' => self.token = Token::Lit { word: b"true", at: 1 },
+                    b't' => {
+                        self.token = Token::Lit {
+                            word: b"true",
+                            at: 1,
+                        }
+                    }
                     b'f' => {
                         self.token = Token::Lit {
                             word: b"false",
                             at: 1,
                         }
                     }
-                    _ => self.token = Token::Lit { word: b"null", at: 1 },
+                    _ => {
+                        self.token = Token::Lit {
+                            word: b"null",
+                            at: 1,
+                        }
+                    }
                 }
             }
             Expect::KeyOrClose | Expect::Key => {
@@ -972,7 +982,8 @@ impl Scanner {
                 if kind == Kind::String {
                     self.text.start(SMALL_TEXT_BYTES);
                 } else {
-                    self.schema = Schema::Wrong(format!("not a string but {kind:?}").to_lowercase());
+                    self.schema =
+                        Schema::Wrong(format!("not a string but {kind:?}").to_lowercase());
                 }
             }
             (1, Some(Member::Package)) => {
@@ -1309,7 +1320,12 @@ impl Scanner {
         let declared = match name {
             Field::Str(s) => s.as_str(),
             Field::Long(prefix, _) => prefix.as_str(),
-            _ => return Err(malformed(package, "package.name is missing or not a string")),
+            _ => {
+                return Err(malformed(
+                    package,
+                    "package.name is missing or not a string",
+                ));
+            }
         };
         let package_version = match version {
             Field::Str(v) if semver::Version::parse(v).is_ok() => v.clone(),
@@ -1327,7 +1343,10 @@ impl Scanner {
             return Err(malformed(package, "tools is not an array"));
         }
         if let Some(i) = self.not_object {
-            return Err(malformed(package, format_args!("tools[{i}] is not an object")));
+            return Err(malformed(
+                package,
+                format_args!("tools[{i}] is not an object"),
+            ));
         }
         if !matches!(name, Field::Str(s) if s == package) {
             let shown = match name {

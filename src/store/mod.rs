@@ -24,7 +24,7 @@ pub use attempt::{Attempt, InsertOutcome, RevisionBytes, Scope};
 pub use error::StoreError;
 use primary::PgTarget;
 pub use primary::{Hosts, SessionAttrs, split_hosts};
-pub use redact::redact;
+pub use redact::{redact, redact_text};
 pub use steps::{Appending, Opening, Replay};
 /// The PostgreSQL pending-project query text (for benchmarks and EXPLAIN).
 pub const PENDING_PAGE_SQL: &str = sql::PENDING_PAGE_PG;

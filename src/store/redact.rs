@@ -1,63 +1,141 @@
-//! Secrets out of connection strings, before a URL reaches any message, log field, Event,
-//! summary or termination message. This is the one place that knows the forms a secret takes:
-//! the password of the user part (of every host's user part in a multi-host URL), and the
-//! `password` and `sslpassword` parameters of the query (libpq's and sqlx's spelling, with the
-//! key percent-encoded or not, in any case). A `key=value` connection string gets the same
-//! parameter masking.
+//! Secrets out of text, before it reaches any message, log line, Event, summary or
+//! termination message. This is the one place that knows the forms a secret takes, and it reads
+//! any text, not only a URL that parses:
 //!
-//! It errs on the side of hiding: the user part runs to the last `@`, so a password with an
-//! unencoded `/`, `?` or `#` (which makes the URL invalid anyway) is hidden too; an `@` in the
-//! query of a URL with a port or a password then hides the host and path as well.
+//! - the password of a user part, `user:PASSWORD@host`, wherever it stands in a token (a run of
+//!   text without white space or `"`): after `scheme://`, `scheme:/`, `scheme:`, `scheme//`
+//!   or nothing, of every host of a multi-host URL (it runs to the token's last `@`);
+//! - the value of every parameter whose name, percent-decoded and in any case, is `password`
+//!   or ends in it (`sslpassword`, `PGPASSWORD`, `sslpass%77ord`), or is `passwd` or `pwd`:
+//!   `name=VALUE` in a query, `name = VALUE` with spaces, and libpq's quoted
+//!   `name='VALUE with spaces and \' escapes'`.
+//!
+//! It errs on the side of hiding: an `@` later in the token (in a query value) hides the host
+//! and path as well, and a value runs to white space, `&`, `#` or a JSON string's end.
+//!
+//! [`redact`] is applied to every URL the code prints, and [`redact_text`] to every log line
+//! the binary writes and to the last error it prints, below any log filter: a filter a user
+//! sets (`PACKAGE_EXECUTOR_LOG`) can choose which lines are written, never unmask one.
 
 /// What replaces a secret.
 const MASK: &str = "***";
 
-/// Query and `key=value` parameters whose values are secrets.
-const SECRET_KEYS: [&str; 2] = ["password", "sslpassword"];
-
-/// `url` with every secret replaced by `***`.
+/// `url` (or any text holding one) with every secret replaced by `***`.
 pub fn redact(url: &str) -> String {
-    let mut secrets = Vec::new();
-    match url.find("://").map(|i| i + 3) {
-        Some(start) => {
-            let rest = &url[start..];
-            // The user part ends at the last '@' (a host never holds one). A well-formed URL
-            // has none after its authority, but a password with an unencoded '/', '?' or '#'
-            // does, and so may a query value: masking up to the last '@' hides the password in
-            // every case, and at worst a host and path with it.
-            if let Some(at) = rest.rfind('@')
-                && let Some(colon) = rest[..at].find(':')
-            {
-                secrets.push(start + colon + 1..start + at);
-            }
-            // The query, from the first '?' wherever it stands: a '?' inside a password only
-            // adds text that is masked anyway.
-            if let Some(q) = rest.find('?') {
-                secret_values(url, start + q + 1, &['&', '#'], &mut secrets);
-            }
-        }
-        None => secret_values(url, 0, &[' ', '\t', '\n'], &mut secrets),
-    }
-    mask(url, secrets)
+    redact_text(url)
 }
 
-/// The ranges of secret values among the `key=value` pairs of `text[from..]` separated by any
-/// of `separators`.
-fn secret_values(
-    text: &str,
-    from: usize,
-    separators: &[char],
-    out: &mut Vec<std::ops::Range<usize>>,
-) {
-    let mut at = from;
-    for pair in text[from..].split(separators) {
-        if let Some((key, _)) = pair.split_once('=')
-            && is_secret_key(key)
-        {
-            out.push(at + key.len() + 1..at + pair.len());
+/// `text` with every secret it holds, in any of the forms above, replaced by `***`.
+pub fn redact_text(text: &str) -> String {
+    let mut secrets = Vec::new();
+    user_parts(text, &mut secrets);
+    parameters(text, &mut secrets);
+    if secrets.is_empty() {
+        return text.to_owned();
+    }
+    mask(text, secrets)
+}
+
+/// The passwords of the user parts of every token holding an `@`.
+fn user_parts(text: &str, out: &mut Vec<std::ops::Range<usize>>) {
+    let bytes = text.as_bytes();
+    let mut start = 0;
+    while start < bytes.len() {
+        let end = bytes[start..]
+            .iter()
+            .position(|b| b.is_ascii_whitespace() || *b == b'"')
+            .map_or(bytes.len(), |n| start + n);
+        let token = &text[start..end];
+        if let Some(at) = token.rfind('@') {
+            let before = &token[..at];
+            let mut from = 0;
+            // `scheme:` (RFC 3986: a letter, then letters, digits, `+`, `-`, `.`).
+            if let Some(colon) = before.find(':')
+                && colon > 0
+                && before[..colon].starts_with(|c: char| c.is_ascii_alphabetic())
+                && before[..colon]
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.'))
+            {
+                from = colon + 1;
+            }
+            from += before[from..].bytes().take_while(|b| *b == b'/').count();
+            if let Some(colon) = before[from..].find(':') {
+                out.push(start + from + colon + 1..start + at);
+            } else if let Some(slashes) = before[from..].find("//") {
+                // `scheme//user:PASSWORD@host`: the scheme lost its colon.
+                let user = from + slashes + 2;
+                if let Some(colon) = before[user..].find(':') {
+                    out.push(start + user + colon + 1..start + at);
+                }
+            }
         }
-        // Separators are one byte each.
-        at += pair.len() + 1;
+        start = end + 1;
+    }
+}
+
+/// Whether a parameter name, as written, names a secret.
+fn is_secret_name(raw: &str) -> bool {
+    let decoded: String = url::form_urlencoded::parse(raw.as_bytes())
+        .map(|(k, v)| {
+            if v.is_empty() {
+                k
+            } else {
+                format!("{k}={v}").into()
+            }
+        })
+        .collect();
+    let name = decoded.trim().to_ascii_lowercase();
+    name.ends_with("password") || name == "passwd" || name == "pwd"
+}
+
+/// The values of every `name=value` (spaces around `=` allowed, libpq quoting understood)
+/// whose name is a secret's.
+fn parameters(text: &str, out: &mut Vec<std::ops::Range<usize>>) {
+    let bytes = text.as_bytes();
+    let is_name =
+        |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'%' | b'_' | b'.' | b'+' | b'-');
+    let mut i = 0;
+    while i < bytes.len() {
+        if !is_name(bytes[i]) {
+            i += 1;
+            continue;
+        }
+        let name_start = i;
+        while i < bytes.len() && is_name(bytes[i]) {
+            i += 1;
+        }
+        let name = &text[name_start..i];
+        let mut j = i;
+        while j < bytes.len() && bytes[j] == b' ' {
+            j += 1;
+        }
+        if j >= bytes.len() || bytes[j] != b'=' || !is_secret_name(name) {
+            continue;
+        }
+        j += 1;
+        while j < bytes.len() && bytes[j] == b' ' {
+            j += 1;
+        }
+        let value_start = j;
+        if j < bytes.len() && bytes[j] == b'\'' {
+            // libpq: a quoted value, with `\'` and `\\` escapes, to its closing quote.
+            j += 1;
+            while j < bytes.len() && bytes[j] != b'\'' {
+                j += if bytes[j] == b'\\' { 2 } else { 1 };
+            }
+            j = (j + 1).min(bytes.len());
+        } else {
+            while j < bytes.len()
+                && !bytes[j].is_ascii_whitespace()
+                && !matches!(bytes[j], b'&' | b'#' | b'"')
+                && !(bytes[j] == b'\\' && bytes.get(j + 1) == Some(&b'"'))
+            {
+                j += 1;
+            }
+        }
+        out.push(value_start..j);
+        i = j;
     }
 }
 
@@ -74,33 +152,28 @@ fn mask(text: &str, mut ranges: Vec<std::ops::Range<usize>>) -> String {
     let mut out = String::with_capacity(text.len());
     let mut done = 0;
     for r in merged {
-        out.push_str(&text[done..r.start]);
+        // Ranges end at ASCII bytes or at the text's end, so they are character boundaries;
+        // were one not, the mask would only grow.
+        let start = crate::quote::floor_char_boundary(text, r.start.max(done));
+        out.push_str(&text[done..start]);
         out.push_str(MASK);
-        done = r.end;
+        done = ceil_char_boundary(text, r.end);
     }
     out.push_str(&text[done..]);
     out
 }
 
-/// Whether a parameter key names a secret, read as the URL parser reads it (percent-decoded,
-/// `+` as a space) and in any case.
-fn is_secret_key(key: &str) -> bool {
-    let decoded: String = url::form_urlencoded::parse(key.as_bytes())
-        .map(|(k, v)| {
-            if v.is_empty() {
-                k
-            } else {
-                format!("{k}={v}").into()
-            }
-        })
-        .collect();
-    let decoded = decoded.trim().to_ascii_lowercase();
-    SECRET_KEYS.contains(&decoded.as_str())
+fn ceil_char_boundary(text: &str, at: usize) -> usize {
+    let mut i = at.min(text.len());
+    while !text.is_char_boundary(i) {
+        i += 1;
+    }
+    i
 }
 
 #[cfg(test)]
 mod tests {
-    use super::redact;
+    use super::{redact, redact_text};
 
     #[test]
     fn masks_every_form_a_password_takes() {
@@ -151,6 +224,39 @@ mod tests {
                 "postgres://u@h/db?application_name=a@b",
                 "postgres://u@h/db?application_name=a@b",
             ),
+            // Forms that do not parse as URLs, and libpq keyword strings.
+            (
+                "postgres//user:s3cret@host/db",
+                "postgres//user:***@host/db",
+            ),
+            ("postgres:/u:s3cret@h/db", "postgres:/u:***@h/db"),
+            ("postgres:u:s3cret@h", "postgres:u:***@h"),
+            (
+                "host=h password = s3cret user=u",
+                "host=h password = *** user=u",
+            ),
+            (
+                "host=h password='a s3cret \\' x' user=u",
+                "host=h password=*** user=u",
+            ),
+            (
+                "postgres://u@h/db?SSLPASSWORD=s3cret",
+                "postgres://u@h/db?SSLPASSWORD=***",
+            ),
+            (
+                "postgres://u@h/db?sslpass%77ord=s3cret&a=1",
+                "postgres://u@h/db?sslpass%77ord=***&a=1",
+            ),
+            ("PGPASSWORD=s3cret psql", "PGPASSWORD=*** psql"),
+            (
+                r#"{"error":"connecting to postgres://u:s3cret@h/db?password=s3cret\"x"}"#,
+                r#"{"error":"connecting to postgres://u:***@h/db?password=***\"x"}"#,
+            ),
+            ("http://u:s3cret@push:9091", "http://u:***@push:9091"),
+            (
+                "10:45:34 user a@b.c said: hi",
+                "10:45:34 user a@b.c said: hi",
+            ),
         ];
         for (url, want) in cases {
             let got = redact(url);
@@ -173,9 +279,15 @@ mod tests {
                 format!("postgres://user:{secret}@{host}/db{query}"),
                 format!("postgres://user@{host}/db?password={}{}", secret.replace(['&', '#'], "_"), query.replace('?', "&")),
                 format!("postgres://user@{host}/db?sslpassword={}", secret.replace(['&', '#'], "_")),
+                format!("host={host} password='{}' user=u", secret.replace('\\', "\\\\").replace('\'', "\\'")),
+                format!("postgres:user:{}@{host}/db", secret.replace(['@'], "_")),
             ] {
                 let got = redact(&url);
                 proptest::prop_assert!(!got.contains("Zq"), "{} -> {}", url, got);
+                // Inside a JSON log line, a text log line, and a libpq keyword string too.
+                let line = format!(r#"{{"level":"WARN","error":"cannot connect to {}: refused"}}"#, url.replace('"', "\\\""));
+                let got = redact_text(&line);
+                proptest::prop_assert!(!got.contains("Zq"), "{} -> {}", line, got);
             }
         }
     }

@@ -1,0 +1,34 @@
+//! The stated bound on a run's memory (docs/contract.md, "Memory"), as a function of the flags.
+//!
+//! Everything a run holds in proportion to its input is either reserved against
+//! `--memory-budget` before it is held (revision bytes in flight, the whole value SQLite loads
+//! to cut a slice, each revision reader's state: [`crate::revision::HELD_BYTES`] at most) or
+//! bounded per worker by the limits (the snapshot being assembled: its kept definition bodies,
+//! at most 8 MiB, the document written from them and the copy the driver sends). The rest is
+//! the process itself. The chart's memory limit is this formula at the chart's values
+//! (`pe.memory` in `_helpers.tpl`; `tests/k8s_manifests.rs` holds the two equal).
+
+use crate::planner::MAX_SNAPSHOT_BYTES;
+
+/// The process without work: runtime, connection pools, TLS roots, allocator arenas, logging.
+pub const BASE_BYTES: u64 = 32 << 20;
+
+/// What one worker may hold outside the budget: the kept bodies of the snapshot it builds, the
+/// canonical document written from them, and the copy the database driver sends, each at most
+/// [`MAX_SNAPSHOT_BYTES`], plus a MiB of row and protocol buffers.
+pub const WORKER_BYTES: u64 = 3 * MAX_SNAPSHOT_BYTES + (1 << 20);
+
+/// The most memory a run with these flags holds, whatever the input: the base, the budget, and
+/// each worker's snapshot.
+pub fn memory_bound(memory_budget: u64, concurrency: usize) -> u64 {
+    BASE_BYTES + memory_budget + concurrency as u64 * WORKER_BYTES
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_default_flags_give_the_charts_default_limit() {
+        // 32 MiB + 96 MiB + 4 × 25 MiB: the chart's default memory limit, 228 MiB.
+        assert_eq!(super::memory_bound(96 << 20, 4), 228 << 20);
+    }
+}
