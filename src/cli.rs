@@ -274,8 +274,13 @@ pub struct RunArgs {
     #[arg(long, env = "PACKAGE_EXECUTOR_FULL_SCAN")]
     pub full_scan: bool,
     /// Push the run's metrics to this Prometheus Pushgateway
-    /// (POST URL/metrics/job/JOB/instance/INSTANCE/kind/KIND/shard/I).
-    #[arg(long, env = "PACKAGE_EXECUTOR_METRICS_PUSH_URL")]
+    /// (POST URL/metrics/job/JOB/instance/INSTANCE/kind/KIND/shard/I). A user part
+    /// (http://user:password@host) is sent as basic authentication and never printed.
+    #[arg(
+        long,
+        env = "PACKAGE_EXECUTOR_METRICS_PUSH_URL",
+        hide_env_values = true
+    )]
     pub metrics_push_url: Option<String>,
     /// The `job` grouping key of the push.
     #[arg(

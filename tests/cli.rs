@@ -314,3 +314,104 @@ fn database_problems_exit_8() {
         "no ANSI escapes in piped text logs: {err}"
     );
 }
+
+/// The sharp edges of output: a result that cannot be written is an error with exit 1, never a
+/// panic, and the summary file says the same; the summary file never follows a symlink and is
+/// 0644 whatever the umask; `current --json` prints only a JSON document it checked.
+#[test]
+fn output_failures_and_the_summary_file() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("demo.db").display());
+    let o = run(&["--database-url", &url, "demo"], None);
+    assert_eq!(code(&o), 0, "{}", String::from_utf8_lossy(&o.stderr));
+
+    // `run --json > /dev/full`.
+    let summary = dir.path().join("summary.json");
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let o = bin()
+        .args(["--database-url", &url, "run", "--json", "--summary-file"])
+        .arg(&summary)
+        .stdout(full)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(code(&o), 1, "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(
+        stderr.contains("cannot write to standard output"),
+        "{stderr}"
+    );
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+    assert_eq!(
+        written["exitCode"], 1,
+        "the summary file agrees with the exit code"
+    );
+    for args in [&["current", "demo-1", "--json"][..], &["explain", "demo-1"]] {
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        let o = bin()
+            .args(["--database-url", &url])
+            .args(args)
+            .stdout(full)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(code(&o), 1, "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+
+    // A symlink at the summary path is replaced, not followed; the file is 0644.
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, "keep me").unwrap();
+    let link = dir.path().join("link.json");
+    std::os::unix::fs::symlink(&victim, &link).unwrap();
+    let o = bin()
+        .args(["--database-url", &url, "run", "--summary-file"])
+        .arg(&link)
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 0, "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me");
+    let meta = std::fs::symlink_metadata(&link).unwrap();
+    assert!(meta.is_file(), "the link was replaced by the summary");
+    assert_eq!(meta.permissions().mode() & 0o777, 0o644);
+    assert!(
+        std::fs::read_to_string(&link)
+            .unwrap()
+            .contains("\"exitCode\":0")
+    );
+
+    // A stored document that is not one JSON object (a row written around the executor) is
+    // not printed: exit 5, saying what to do.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        use sqlx::Connection as _;
+        let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+        for q in [
+            "DROP TRIGGER tool_definition_snapshots_no_update",
+            "UPDATE tool_definition_snapshots SET canonical_json = CAST('{\"a\":1}{\"b\":2}' AS BLOB) \
+             WHERE project_id = 'demo-1'",
+        ] {
+            sqlx::query(q).execute(&mut conn).await.unwrap();
+        }
+    });
+    let o = run(
+        &["--database-url", &url, "current", "demo-1", "--json"],
+        None,
+    );
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(code(&o), 5, "{stderr}");
+    assert!(
+        o.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    assert!(stderr.contains("verify"), "{stderr}");
+}

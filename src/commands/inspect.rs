@@ -26,22 +26,35 @@ pub async fn current(cli: &Cli, project: &str, json: bool) -> anyhow::Result<i32
         line.push_str(",\"committedAt\":");
         line.push_str(&serde_json::to_string(&c.committed_at)?);
         line.push_str(",\"snapshot\":");
-        line.push_str(std::str::from_utf8(&c.canonical_json)?);
+        // Only JSON this command checked: the stored bytes embedded as they are (consumers may
+        // hash them) once they are known to be exactly one JSON object.
+        match serde_json::from_slice::<&serde_json::value::RawValue>(&c.canonical_json) {
+            Ok(raw) if raw.get().starts_with('{') => line.push_str(raw.get()),
+            _ => {
+                eprintln!(
+                    "error: the stored snapshot {} of project {project} is not one JSON object; \
+                     it was written around the executor: run `package-executor verify --project \
+                     {project}` and repair the database",
+                    c.snapshot_digest
+                );
+                return Ok(exit::INTEGRITY);
+            }
+        }
         line.push('}');
-        println!("{line}");
+        outln!("{line}");
         return Ok(exit::OK);
     }
     let doc: Value = serde_json::from_slice(&c.canonical_json)?;
-    println!("project {project}: current snapshot {}", c.snapshot_digest);
-    println!("  committed      {}", c.committed_at);
-    println!("  active vector  {}", c.active_vector_digest);
-    println!("  definitions    {}", c.definition_digest);
+    outln!("project {project}: current snapshot {}", c.snapshot_digest);
+    outln!("  committed      {}", c.committed_at);
+    outln!("  active vector  {}", c.active_vector_digest);
+    outln!("  definitions    {}", c.definition_digest);
     let packages = doc["activeVector"]
         .as_array()
         .map_or(&[][..], Vec::as_slice);
-    println!("  packages ({}):", packages.len());
+    outln!("  packages ({}):", packages.len());
     for p in packages {
-        println!(
+        outln!(
             "    {} generation {} ({})",
             p["packageName"].as_str().unwrap_or(""),
             p["generation"],
@@ -49,9 +62,9 @@ pub async fn current(cli: &Cli, project: &str, json: bool) -> anyhow::Result<i32
         );
     }
     let defs = doc["definitions"].as_array().map_or(&[][..], Vec::as_slice);
-    println!("  tools ({}):", defs.len());
+    outln!("  tools ({}):", defs.len());
     for d in defs {
-        println!(
+        outln!(
             "    {:<40} {} {}",
             d["alias"].as_str().unwrap_or(""),
             d["canonicalIdentity"].as_str().unwrap_or(""),
@@ -67,7 +80,7 @@ pub async fn explain(cli: &Cli, project: &str) -> anyhow::Result<i32> {
     let mut a = store.begin().await?;
     if !a.project_exists(project).await? {
         a.rollback().await?;
-        println!("project {project} does not exist; import it or check the id");
+        outln!("project {project} does not exist; import it or check the id");
         return Ok(exit::OK);
     }
     let current = a.find_current(project).await?;
@@ -78,7 +91,7 @@ pub async fn explain(cli: &Cli, project: &str) -> anyhow::Result<i32> {
     let rejection = a.project_rejections(project).await?.remove(vector.as_str());
     let mark = a.mark_version(project).await?;
     a.rollback().await?;
-    println!("project {project}");
+    outln!("project {project}");
     // The observation reads at most one head past the limit, so past it the count is a floor.
     let count = match live.len() {
         1 => "1 active package".to_owned(),
@@ -90,7 +103,7 @@ pub async fn explain(cli: &Cli, project: &str) -> anyhow::Result<i32> {
         }
         n => format!("{n} active packages"),
     };
-    println!("  live vector    {vector} ({count})");
+    outln!("  live vector    {vector} ({count})");
     // Read from the live tables, never from a recorded rejection: whether a revision is
     // stored is a condition that changes, not a verdict on the vector.
     let mut missing = None;
@@ -101,7 +114,7 @@ pub async fn explain(cli: &Cli, project: &str) -> anyhow::Result<i32> {
             missing.get_or_insert(o);
             "; its revision is not stored"
         };
-        println!(
+        outln!(
             "    {} installation {} generation {} ({}{revision})",
             o.head.package_name,
             o.head.installation_id,
@@ -110,18 +123,19 @@ pub async fn explain(cli: &Cli, project: &str) -> anyhow::Result<i32> {
         );
     }
     match &current {
-        Some(c) => println!(
+        Some(c) => outln!(
             "  current        yes: snapshot {} committed {}",
-            c.snapshot_digest, c.committed_at
+            c.snapshot_digest,
+            c.committed_at
         ),
-        None => println!("  current        no"),
+        None => outln!("  current        no"),
     }
     match &newest {
         Some(n)
             if current
                 .as_ref()
                 .is_some_and(|c| c.snapshot_id == n.snapshot_id) => {}
-        Some(n) => println!(
+        Some(n) => outln!(
             "  newest         snapshot {} committed {} for vector {}{}",
             n.snapshot_digest,
             n.committed_at,
@@ -132,29 +146,31 @@ pub async fn explain(cli: &Cli, project: &str) -> anyhow::Result<i32> {
                 " (another vector: packages changed since)"
             }
         ),
-        None => println!("  newest         no snapshot was ever published"),
+        None => outln!("  newest         no snapshot was ever published"),
     }
     if let Some(r) = &rejection {
-        println!("  rejected       {}: {}", r.reason, r.detail);
+        outln!("  rejected       {}: {}", r.reason, r.detail);
     }
     let standing = match (&current, &rejection, missing) {
         (Some(_), _, _) => Standing::Current,
         (None, Some(_), _) => Standing::Rejected,
         (None, None, Some(o)) => {
-            println!(
+            outln!(
                 "  waiting        package {} generation {} points at revision {}, which is not \
                  stored yet; a run reports revision-missing until it is, and builds the project \
                  once it is",
-                o.head.package_name, o.head.generation, o.head.revision_digest
+                o.head.package_name,
+                o.head.generation,
+                o.head.revision_digest
             );
             Standing::AwaitingRevision
         }
         (None, None, None) => Standing::Buildable,
     };
     let (pending, next) = pending_lines(project, mark, standing);
-    println!("  pending index  {pending}");
+    outln!("  pending index  {pending}");
     if let Some(next) = next {
-        println!("  next step      {next}");
+        outln!("  next step      {next}");
     }
     Ok(exit::OK)
 }
@@ -303,12 +319,13 @@ pub async fn verify(cli: &Cli, project: Option<&str>, json: bool) -> anyhow::Res
                 meter.suspend(|| {
                     tracing::error!(project_id = %s.project_id, snapshot_id = s.snapshot_id, problem = %p, "snapshot does not verify");
                     if !json {
-                        println!(
+                        outln!(
                             "FAIL {} snapshot {} ({}): {p}",
                             s.project_id, s.snapshot_id, s.snapshot_digest
                         );
                     }
-                });
+                    Ok::<(), super::StdoutError>(())
+                })?;
                 if json {
                     found.push(VerifyProblem {
                         project_id: s.project_id.clone(),
@@ -318,6 +335,7 @@ pub async fn verify(cli: &Cli, project: Option<&str>, json: bool) -> anyhow::Res
                 }
             }
         }
+        Ok::<(), super::StdoutError>(())
     };
     loop {
         let page = store.snapshot_page(after, project, PAGE_BYTES).await?;
@@ -328,11 +346,11 @@ pub async fn verify(cli: &Cli, project: Option<&str>, json: bool) -> anyhow::Res
         if in_flight.len() >= workers
             && let Some(oldest) = in_flight.pop_front()
         {
-            report(oldest.await?);
+            report(oldest.await?)?;
         }
     }
     while let Some(oldest) = in_flight.pop_front() {
-        report(oldest.await?);
+        report(oldest.await?)?;
     }
     drop(meter);
     if json {
@@ -341,14 +359,14 @@ pub async fn verify(cli: &Cli, project: Option<&str>, json: bool) -> anyhow::Res
             checked,
             problems: found,
         };
-        println!("{}", serde_json::to_string(&report)?);
+        outln!("{}", serde_json::to_string(&report)?);
     } else {
         let noun = if checked == 1 {
             "snapshot"
         } else {
             "snapshots"
         };
-        println!(
+        outln!(
             "verified {checked} {noun}: {} ok, {bad} failed",
             checked - bad
         );

@@ -1,6 +1,14 @@
 //! The commands of contract section 10, each returning its exit code. `main` only parses, sets up
 //! logging and maps errors to exit codes.
 
+/// `println!` that fails the command instead of panicking when standard output cannot be
+/// written (a closed pipe, a full disk): the command then exits 1, saying so.
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::commands::write_stdout(format_args!($($arg)*))?
+    };
+}
+
 mod import;
 mod inspect;
 mod meter;
@@ -19,11 +27,26 @@ use crate::report::exit;
 use crate::sources;
 use crate::store::{ConnectOptions, Store, StoreError, redact};
 
+/// Standard output could not be written.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot write to standard output ({0}); the command's result was not delivered")]
+pub struct StdoutError(#[source] std::io::Error);
+
+/// One line to standard output, or why it could not be written.
+pub(crate) fn write_stdout(args: std::fmt::Arguments<'_>) -> Result<(), StdoutError> {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    out.write_fmt(args)
+        .and_then(|()| out.write_all(b"\n"))
+        .and_then(|()| out.flush())
+        .map_err(StdoutError)
+}
+
 /// Runs a parsed command line; returns the process exit code.
 pub async fn execute(cli: Cli) -> anyhow::Result<i32> {
     match &cli.command {
         Command::Canonicalize { file, digest } => tools::canonicalize(file.as_deref(), *digest),
-        Command::Identity(cmd) => Ok(tools::identity(cmd)),
+        Command::Identity(cmd) => tools::identity(cmd),
         Command::Trigger(args) => trigger::trigger(args).await,
         Command::Migrate { create_roles } => {
             let store = connect(&cli, 2).await?;
@@ -32,13 +55,13 @@ pub async fn execute(cli: Cli) -> anyhow::Result<i32> {
                 .await
                 .context("migrate")?;
             for role in &report.created_roles {
-                println!("created role {role}");
+                outln!("created role {role}");
             }
             if report.applied.is_empty() {
-                println!("schema is up to date ({})", store.dialect());
+                outln!("schema is up to date ({})", store.dialect());
             }
             for m in &report.applied {
-                println!("applied {m}");
+                outln!("applied {m}");
             }
             Ok(exit::OK)
         }
@@ -63,14 +86,16 @@ pub async fn execute(cli: Cli) -> anyhow::Result<i32> {
                         _ => file.display().to_string(),
                     };
                     if *dry_run {
-                        println!(
+                        outln!(
                             "checked {} projects from {file}: an import would insert {} rows; nothing was written",
-                            report.projects, report.inserted
+                            report.projects,
+                            report.inserted
                         );
                     } else {
-                        println!(
+                        outln!(
                             "imported {} projects from {file} ({} rows inserted)",
-                            report.projects, report.inserted
+                            report.projects,
+                            report.inserted
                         );
                     }
                 }
@@ -79,11 +104,11 @@ pub async fn execute(cli: Cli) -> anyhow::Result<i32> {
                     generation,
                 } => {
                     sources::activate(&store, installation, *generation).await?;
-                    println!("activated generation {generation} of {installation}");
+                    outln!("activated generation {generation} of {installation}");
                 }
                 SourcesCommand::Remove { project, package } => {
                     sources::remove(&store, project, package).await?;
-                    println!("removed {package} from {project}");
+                    outln!("removed {package} from {project}");
                 }
             }
             Ok(exit::OK)

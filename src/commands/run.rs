@@ -73,7 +73,7 @@ fn summary_path(explicit: Option<&Path>) -> Option<PathBuf> {
     if let Some(p) = explicit {
         return Some(p.to_path_buf());
     }
-    let default = Path::new("/dev/termination-log");
+    let default = Path::new(TERMINATION_LOG);
     let writable = std::fs::OpenOptions::new()
         .append(true)
         .open(default)
@@ -81,14 +81,37 @@ fn summary_path(explicit: Option<&Path>) -> Option<PathBuf> {
     writable.then(|| default.to_path_buf())
 }
 
-fn print_human(summary: &RunSummary) {
+/// Writes the summary file: the termination log in place (the kubelet's file, which must not
+/// be replaced), any other path as the metrics file is written, so a symlink planted at it is
+/// replaced, never followed, and the file is 0644 whatever the umask.
+fn write_summary(path: &Path, line: &str) -> std::io::Result<()> {
+    if path == Path::new(TERMINATION_LOG) {
+        let meta = std::fs::symlink_metadata(path)?;
+        if meta.file_type().is_symlink() {
+            return Err(std::io::Error::other(
+                "the termination log is a symlink; not following it",
+            ));
+        }
+        return std::fs::OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(path)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, line.as_bytes()));
+    }
+    crate::metrics::file::write_atomically(path, line)
+}
+
+/// Kubernetes' default `terminationMessagePath`.
+const TERMINATION_LOG: &str = "/dev/termination-log";
+
+fn print_human(summary: &RunSummary) -> Result<(), super::StdoutError> {
     let join = |m: &std::collections::BTreeMap<String, u64>| {
         m.iter()
             .map(|(k, v)| format!("{k} {v}"))
             .collect::<Vec<_>>()
             .join(", ")
     };
-    println!(
+    outln!(
         "run finished in {} ms (shard {}/{}): {} projects, {} published, {} replayed, {} already current, {} claimed elsewhere",
         summary.elapsed_ms,
         summary.shard.index,
@@ -100,24 +123,25 @@ fn print_human(summary: &RunSummary) {
         summary.claimed_elsewhere
     );
     if !summary.rejected.is_empty() {
-        println!(
+        outln!(
             "  rejected: {} (see `package-executor explain PROJECT`)",
             join(&summary.rejected)
         );
     }
     if !summary.unresolved.is_empty() {
-        println!(
+        outln!(
             "  unresolved: {} (the next run retries them)",
             join(&summary.unresolved)
         );
     }
     if !summary.integrity.is_empty() {
-        println!(
+        outln!(
             "  INTEGRITY: {} (run `package-executor verify`)",
             join(&summary.integrity)
         );
     }
-    println!("  exit code {}", summary.exit_code);
+    outln!("  exit code {}", summary.exit_code);
+    Ok(())
 }
 
 /// The pool a run's store opens: each worker keeps a connection and the pages need one more,
@@ -153,11 +177,27 @@ pub async fn run(cli: &Cli, args: &RunArgs) -> anyhow::Result<i32> {
             s
         }
     };
-    // The termination message first: it must be written even if the pod is stopped while the
+    let mut summary = summary;
+    // The result on standard output first: a failure to deliver it is an error (exit 1 where
+    // the run itself succeeded; a run's own failure code stands), and the summary file and the
+    // metrics written after it say so.
+    let printed = if args.json {
+        super::write_stdout(format_args!("{}", summary.to_json()))
+    } else {
+        print_human(&summary)
+    };
+    if let Err(e) = &printed {
+        tracing::error!(error = %e, "the run's result could not be written to standard output");
+        eprintln!("error: {e}");
+        if summary.exit_code == exit::OK {
+            summary.exit_code = exit::ERROR;
+        }
+    }
+    // Then the termination message: it must be written even if the pod is stopped while the
     // metrics are still being pushed.
     let line = summary.to_json();
     if let Some(path) = summary_path(args.summary_file.as_deref())
-        && let Err(e) = std::fs::write(&path, &line)
+        && let Err(e) = write_summary(&path, &line)
     {
         tracing::warn!(path = %path.display(), error = %e, "cannot write the summary file");
     }
@@ -173,12 +213,12 @@ pub async fn run(cli: &Cli, args: &RunArgs) -> anyhow::Result<i32> {
     for w in &metric_warnings {
         tracing::warn!(warning = %w, "metrics not delivered; the run's exit code is unchanged");
     }
-    if args.json {
-        println!("{line}");
-    } else {
-        print_human(&summary);
+    if !args.json && printed.is_ok() {
         for w in &metric_warnings {
-            println!("  warning: {w} (the exit code is the run's own)");
+            // Already logged; a failure to print it changes nothing.
+            let _ = super::write_stdout(format_args!(
+                "  warning: {w} (the exit code is the run's own)"
+            ));
         }
     }
     tracing::info!(summary = %line, exit_code = summary.exit_code, "run summary");
@@ -215,14 +255,14 @@ pub async fn publish(
         .await?;
     store.close().await;
     if json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string(&PublishResult::new(project, &outcome))?
         );
     } else {
         match outcome.snapshot_digest() {
-            Some(d) => println!("{project}: {} {d}", outcome.name()),
-            None => println!(
+            Some(d) => outln!("{project}: {} {d}", outcome.name()),
+            None => outln!(
                 "{project}: {} {}: {}",
                 outcome.name(),
                 outcome.reason().unwrap_or(""),
@@ -248,24 +288,27 @@ pub async fn demo(cli: &Cli) -> anyhow::Result<i32> {
     let settings = RunSettings::default();
     let store = connect(cli, run_pool_size(cli, settings.concurrency)).await?;
     let migrated = store.migrate(false, None).await?;
-    println!(
+    outln!(
         "1. migrated the {} database ({} migrations applied now)",
         store.dialect(),
         migrated.applied.len()
     );
     let imported = sources::import_reader(&store, DEMO_FIXTURE).await?;
-    println!(
+    outln!(
         "2. imported the example fixture: {} projects ({} new rows)",
-        imported.projects, imported.inserted
+        imported.projects,
+        imported.inserted
     );
     let report = run_coordinator(cli, settings, store).await;
-    println!("3. ran the executor in {} ms:\n", report.summary.elapsed_ms);
-    println!(
+    outln!("3. ran the executor in {} ms:\n", report.summary.elapsed_ms);
+    outln!(
         "   {:<16} {:<16} {:<20} SNAPSHOT",
-        "PROJECT", "OUTCOME", "REASON"
+        "PROJECT",
+        "OUTCOME",
+        "REASON"
     );
     for (project, o) in &report.outcomes {
-        println!(
+        outln!(
             "   {:<16} {:<16} {:<20} {}",
             project,
             o.name(),
@@ -277,12 +320,12 @@ pub async fn demo(cli: &Cli) -> anyhow::Result<i32> {
     }
     for (project, o) in &report.outcomes {
         if let Some(detail) = o.detail() {
-            println!("\n   {project}: {detail}");
+            outln!("\n   {project}: {detail}");
         }
     }
-    println!("\n4. the current snapshot of demo-1 (`package-executor current demo-1`):\n");
+    outln!("\n4. the current snapshot of demo-1 (`package-executor current demo-1`):\n");
     super::inspect::current(cli, "demo-1", false).await?;
-    println!(
+    outln!(
         "\nTry: package-executor explain demo-rejected | package-executor current demo-1 --json"
     );
     Ok(exit::OK)

@@ -57,7 +57,7 @@ pub fn canonicalize(file: Option<&Path>, digest: bool) -> anyhow::Result<i32> {
 }
 
 /// `identity encode|decode`.
-pub fn identity(cmd: &IdentityCommand) -> i32 {
+pub fn identity(cmd: &IdentityCommand) -> anyhow::Result<i32> {
     match cmd {
         IdentityCommand::Encode {
             source,
@@ -71,23 +71,23 @@ pub fn identity(cmd: &IdentityCommand) -> i32 {
             };
             match t.encode() {
                 Ok(s) => {
-                    println!("{s}");
-                    exit::OK
+                    outln!("{s}");
+                    Ok(exit::OK)
                 }
                 Err(e) => {
                     eprintln!("error: {e}");
-                    exit::ERROR
+                    Ok(exit::ERROR)
                 }
             }
         }
         IdentityCommand::Decode { string } => match ToolIdentity::decode(string) {
             Ok(t) => {
-                println!("{}", serde_json::to_string(&t).unwrap_or_default());
-                exit::OK
+                outln!("{}", serde_json::to_string(&t).unwrap_or_default());
+                Ok(exit::OK)
             }
             Err(e) => {
                 eprintln!("error: {string:?} is not a canonical identity: {e}");
-                exit::ERROR
+                Ok(exit::ERROR)
             }
         },
     }

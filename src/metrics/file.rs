@@ -15,15 +15,26 @@ use std::path::Path;
 const MODE: u32 = 0o644;
 
 /// Writes `text` to `path` atomically (unpredictable same-directory temporary file, fsync,
-/// rename).
+/// rename). A path that is a device or a FIFO (`/dev/stdout`, `/dev/null`, a pipe) is written
+/// in place: it cannot be replaced and holds no file to keep whole.
 pub fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
+    if let Ok(meta) = std::fs::symlink_metadata(path)
+        && !meta.is_file()
+        && !meta.is_dir()
+        && !meta.file_type().is_symlink()
+    {
+        return std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)?
+            .write_all(text.as_bytes());
+    }
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
     let name = path
         .file_name()
-        .ok_or_else(|| std::io::Error::other("the metrics file path names no file"))?;
+        .ok_or_else(|| std::io::Error::other("the path names no file"))?;
     // The collector reads only `*.prom`; a name it skips keeps a half-written file unseen.
     let mut tmp = tempfile::Builder::new()
         .prefix(&format!(".{}.", name.to_string_lossy()))

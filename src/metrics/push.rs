@@ -22,14 +22,55 @@ pub const TRIES: u32 = 2;
 /// Where one run's metrics go.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Target {
-    /// The full URL to POST to.
+    /// The full URL to POST to, without the user part (safe to print).
     pub url: String,
+    /// `Authorization: Basic …` from the user part the URL was given with, if any.
+    authorization: Option<Credentials>,
+}
+
+/// An `Authorization` header value; never printed.
+#[derive(Clone, PartialEq, Eq)]
+struct Credentials(String);
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Basic ***")
+    }
+}
+
+/// The base URL without its user part, and the basic credentials the user part held
+/// (percent-decoded, as RFC 3986 writes them).
+fn split_user_part(base: &str) -> (String, Option<Credentials>) {
+    use base64::Engine as _;
+    let Ok(mut url) = url::Url::parse(base) else {
+        return (crate::store::redact(base), None);
+    };
+    if url.username().is_empty() && url.password().is_none() {
+        return (base.to_owned(), None);
+    }
+    let decode = |s: &str| {
+        url::form_urlencoded::parse(s.replace('+', "%2B").as_bytes())
+            .map(|(k, _)| k.into_owned())
+            .collect::<String>()
+    };
+    let user = decode(url.username());
+    let password = url.password().map(decode).unwrap_or_default();
+    let _ = url.set_username("");
+    let _ = url.set_password(None);
+    let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+    (
+        url.as_str().trim_end_matches('/').to_owned(),
+        Some(Credentials(format!("Basic {token}"))),
+    )
 }
 
 impl Target {
     /// `<base>/metrics/job/<job>/instance/<instance>/kind/<kind>/shard/<index>`, each value in
     /// its own path segment.
+    /// A user part in `base` (`http://user:password@host`) is sent as basic authentication
+    /// and never printed.
     pub fn new(base: &str, job: &str, instance: &str, kind: &str, shard_index: u64) -> Self {
+        let (base, authorization) = split_user_part(base);
         let mut url = format!("{}/metrics", base.trim_end_matches('/'));
         for (label, value) in [
             ("job", job),
@@ -40,7 +81,7 @@ impl Target {
             url.push('/');
             url.push_str(&segment(label, value));
         }
-        Self { url }
+        Self { url, authorization }
     }
 }
 
@@ -77,8 +118,12 @@ pub async fn push(target: &Target, text: &str) -> Result<(), String> {
     let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build(connector);
     let mut last = String::new();
     for attempt in 1..=TRIES {
-        let request = hyper::Request::post(&target.url)
-            .header(hyper::header::CONTENT_TYPE, super::CONTENT_TYPE)
+        let mut request = hyper::Request::post(&target.url)
+            .header(hyper::header::CONTENT_TYPE, super::CONTENT_TYPE);
+        if let Some(Credentials(value)) = &target.authorization {
+            request = request.header(hyper::header::AUTHORIZATION, value);
+        }
+        let request = request
             .body(Full::new(Bytes::from(text.to_owned())))
             .map_err(|e| format!("bad Pushgateway URL {}: {e}", target.url))?;
         let sent = async {
@@ -136,5 +181,22 @@ mod tests {
             Target::new("http://pgw:9091", "a/b c", "", "sweep", 0).url,
             "http://pgw:9091/metrics/job@base64/YS9iIGM=/instance@base64/=/kind/sweep/shard/0"
         );
+    }
+
+    #[test]
+    fn a_user_part_becomes_basic_authentication_and_is_never_printed() {
+        let t = Target::new("https://me:s3cr%40t@pgw:9091/", "j", "i", "recovery", 0);
+        assert_eq!(
+            t.url,
+            "https://pgw:9091/metrics/job/j/instance/i/kind/recovery/shard/0"
+        );
+        // base64("me:s3cr@t")
+        assert_eq!(
+            t.authorization,
+            Some(Credentials("Basic bWU6czNjckB0".into()))
+        );
+        assert!(!format!("{t:?}").contains("bWU6"), "{t:?}");
+        let plain = Target::new("http://pgw:9091", "j", "i", "sweep", 1);
+        assert_eq!(plain.authorization, None);
     }
 }

@@ -100,8 +100,9 @@ pub fn split_hosts(url: &str, env: impl Fn(&str) -> Option<String>) -> Result<Ho
     for kv in query.split('&').filter(|kv| !kv.is_empty()) {
         match kv.split_once('=') {
             Some(("target_session_attrs", v)) => asked = Some(SessionAttrs::parse(v)?),
-            // sqlx cannot decrypt a client key, and would log the ignored value in full.
-            Some(("sslpassword", _)) => {
+            // sqlx cannot decrypt a client key, and would log the ignored value in full; in any
+            // spelling a URL parser reads as sslpassword (`SSLPASSWORD`, `sslpass%77ord`).
+            Some((k, _)) if super::redact::parameter_name(k) == "sslpassword" => {
                 return Err(StoreError::Config(
                     "sslpassword (the passphrase of an encrypted client key) is not supported; \
                      give the executor an unencrypted key (`openssl pkey -in client.key -out \
@@ -421,6 +422,15 @@ mod tests {
 
     #[test]
     fn target_session_attrs_is_strict() {
+        for url in [
+            "postgres://u@a/db?SSLPASSWORD=x",
+            "postgres://u@a/db?sslpass%77ord=x",
+        ] {
+            assert!(
+                matches!(split_hosts(url, |_| None), Err(StoreError::Config(_))),
+                "{url}"
+            );
+        }
         let url = "postgres://u@a/db?sslpassword=x";
         assert!(matches!(
             split_hosts(url, |_| None),

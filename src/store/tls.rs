@@ -43,11 +43,28 @@ pub fn apply_libpq_rules(
              <(printf 'extendedKeyUsage=clientAuth')`"
         )));
     }
+    if let Some(path) = param("sslkey").or_else(|| env("PGSSLKEY"))
+        && let Ok(pem) = std::fs::read_to_string(&path)
+        && is_encrypted_key(&pem)
+    {
+        // sqlx cannot decrypt a key (and sslpassword is refused): no retry can help.
+        return Err(StoreError::Config(format!(
+            "the client key {path} is encrypted, and package-executor cannot use a passphrase \
+             (sslpassword); give it an unencrypted key (`openssl pkey -in {path} -out \
+             client-plain.key`, kept in a Secret) and point sslkey at it"
+        )));
+    }
     let has_root_cert = param("sslrootcert").is_some() || env("PGSSLROOTCERT").is_some();
     Ok(match opts.get_ssl_mode() {
         PgSslMode::Require if has_root_cert => opts.ssl_mode(PgSslMode::VerifyCa),
         _ => opts,
     })
+}
+
+/// Whether a PEM key is encrypted: PKCS #8 `ENCRYPTED PRIVATE KEY`, or a traditional key with
+/// OpenSSL's `Proc-Type: 4,ENCRYPTED` header.
+fn is_encrypted_key(pem: &str) -> bool {
+    pem.contains("-----BEGIN ENCRYPTED PRIVATE KEY-----") || pem.contains("Proc-Type: 4,ENCRYPTED")
 }
 
 /// The X.509 version (1, 2 or 3) of the first certificate in a PEM text, read from its DER
@@ -248,6 +265,22 @@ mod tests {
             assert!(hint(text).is_some_and(|h| h.contains(needle)), "{text}");
         }
         assert_eq!(hint("connection refused"), None);
+    }
+
+    #[test]
+    fn an_encrypted_client_key_is_a_configuration_mistake_with_what_to_do() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("client.key");
+        std::fs::write(
+            &key,
+            "-----BEGIN ENCRYPTED PRIVATE KEY-----\nMIIB\n-----END ENCRYPTED PRIVATE KEY-----\n",
+        )
+        .unwrap();
+        let url = format!("postgres://u@h/db?sslkey={}", key.display());
+        let opts: PgConnectOptions = url.parse().unwrap();
+        let err = apply_libpq_rules(opts, &url, |_| None).unwrap_err();
+        assert!(matches!(err, StoreError::Config(_)), "{err:?}");
+        assert!(err.to_string().contains("openssl pkey"), "{err}");
     }
 
     #[test]
