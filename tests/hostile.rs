@@ -44,9 +44,7 @@ fn filled(prefix: &str, unit: &str, last: &str, suffix: &str) -> String {
     let n = room / unit.len();
     let mut s = String::with_capacity(SIZE);
     s.push_str(prefix);
-    for _ in 0..n {
-        s.push_str(unit);
-    }
+    s.push_str(&unit.repeat(n));
     s.push_str(last);
     s.push_str(&" ".repeat(room - n * unit.len()));
     s.push_str(suffix);

@@ -393,6 +393,26 @@ impl NumberText {
 
     /// The number as a JSON value, or why it is not one (beyond the range of a double).
     fn value(&self) -> Result<Number, String> {
+        // Short integers (the common case, and most of a hostile array of zeros) are in range
+        // by construction; `-0` is left to serde_json, which reads it as the double -0.0.
+        if self.raw.len() <= 18 && self.raw.last().is_some_and(u8::is_ascii_digit) {
+            if self.raw.iter().all(u8::is_ascii_digit) {
+                if let Some(n) = std::str::from_utf8(&self.raw)
+                    .ok()
+                    .and_then(|t| t.parse::<u64>().ok())
+                {
+                    return Ok(Number::from(n));
+                }
+            } else if let Some(rest) = self.raw.strip_prefix(b"-")
+                && rest != b"0"
+                && rest.iter().all(u8::is_ascii_digit)
+                && let Some(n) = std::str::from_utf8(&self.raw)
+                    .ok()
+                    .and_then(|t| t.parse::<i64>().ok())
+            {
+                return Ok(Number::from(n));
+            }
+        }
         let text = if self.raw.len() < NUMBER_DIGITS {
             String::from_utf8_lossy(&self.raw).into_owned()
         } else if self.digits.is_empty() {

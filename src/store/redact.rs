@@ -10,6 +10,10 @@
 //!   `name=VALUE` in a query, `name = VALUE` with spaces, and libpq's quoted
 //!   `name='VALUE with spaces and \' escapes'`.
 //!
+//! - the value of every connection parameter sqlx logs as unrecognized (`ignoring
+//!   unrecognized connect parameter key=PassWord value=…`, as text or JSON): whatever its
+//!   name, a parameter nobody reads may still be someone's secret.
+//!
 //! It errs on the side of hiding: an `@` later in the token (in a query value) hides the host
 //! and path as well, and a value runs to white space, `&`, `#` or a JSON string's end.
 //!
@@ -30,6 +34,7 @@ pub fn redact_text(text: &str) -> String {
     let mut secrets = Vec::new();
     user_parts(text, &mut secrets);
     parameters(text, &mut secrets);
+    unrecognized_values(text, &mut secrets);
     if secrets.is_empty() {
         return text.to_owned();
     }
@@ -146,6 +151,31 @@ fn parameters(text: &str, out: &mut Vec<std::ops::Range<usize>>) {
 }
 
 /// `text` with each range (merged where they overlap or touch) replaced by [`MASK`].
+/// sqlx's warning about a parameter it does not know carries the parameter's value.
+const UNRECOGNIZED: &str = "ignoring unrecognized connect parameter";
+
+/// The value field of sqlx's unrecognized-parameter warning: a JSON line's `"value":"…"`
+/// string, or a text line's `value=…` to the line's end (the field is the event's last, and
+/// the value is written unquoted, spaces included).
+fn unrecognized_values(text: &str, out: &mut Vec<std::ops::Range<usize>>) {
+    if !text.contains(UNRECOGNIZED) {
+        return;
+    }
+    let bytes = text.as_bytes();
+    if let Some(at) = text.find("\"value\":\"") {
+        let start = at + "\"value\":\"".len();
+        let mut j = start;
+        while j < bytes.len() && bytes[j] != b'"' {
+            j += if bytes[j] == b'\\' { 2 } else { 1 };
+        }
+        out.push(start..j.min(bytes.len()));
+    } else if let Some(at) = text.find(" value=") {
+        let start = at + " value=".len();
+        let end = text[start..].find('\n').map_or(text.len(), |n| start + n);
+        out.push(start..end);
+    }
+}
+
 fn mask(text: &str, mut ranges: Vec<std::ops::Range<usize>>) -> String {
     ranges.sort_by_key(|r| r.start);
     let mut merged: Vec<std::ops::Range<usize>> = Vec::with_capacity(ranges.len());
@@ -262,6 +292,15 @@ mod tests {
             (
                 "10:45:34 user a@b.c said: hi",
                 "10:45:34 user a@b.c said: hi",
+            ),
+            // sqlx's warning about a parameter it does not know, as JSON and as text.
+            (
+                r#"{"level":"WARN","message":"ignoring unrecognized connect parameter","key":"PassWord","value":"s3cret \"x","target":"sqlx_postgres::options::parse"}"#,
+                r#"{"level":"WARN","message":"ignoring unrecognized connect parameter","key":"PassWord","value":"***","target":"sqlx_postgres::options::parse"}"#,
+            ),
+            (
+                "2026-12-02T14:42:20Z  WARN ignoring unrecognized connect parameter key=Tok value=s3 cret",
+                "2026-12-02T14:42:20Z  WARN ignoring unrecognized connect parameter key=Tok value=***",
             ),
         ];
         for (url, want) in cases {
