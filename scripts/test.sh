@@ -105,6 +105,28 @@ if ! cargo deny --version >/dev/null 2>&1; then
   cargo install --quiet --locked cargo-deny@0.20.2
 fi
 export PATH="$PWD/.tools/bin:$PATH"
+# podman, runc and debootstrap for the image test, installed now so that the check below sees
+# only what the tests themselves write.
+if [ "${PE_SKIP_IMAGE:-0}" != 1 ]; then
+  (source scripts/image-env.sh && image_tools_install)
+fi
+
+# Every server a test starts keeps its state in the test's own directory: nothing under
+# /var/lib may change while the tests run (package installs above are done by now).
+varlib_state() {
+  find /var/lib -xdev \( -path /var/lib/dpkg -o -path /var/lib/apt \) -prune -o \
+    -printf '%p %T@ %s\n' 2>/dev/null | sort
+}
+VARLIB_BEFORE=$(mktemp)
+varlib_state >"$VARLIB_BEFORE"
+varlib_check() {
+  if ! varlib_state | diff "$VARLIB_BEFORE" - >"$VARLIB_BEFORE.diff"; then
+    echo "the tests changed files under /var/lib (every test keeps its state in its own directory):" >&2
+    head -n 40 "$VARLIB_BEFORE.diff" >&2
+    exit 1
+  fi
+  echo "== nothing under /var/lib changed"
+}
 
 # The system's server (Debian bookworm's is 15), the newest one installed.
 PG_SYS_BINDIR=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
@@ -137,6 +159,7 @@ rm -f "$STORM_REPORT" "$PATRONI_REPORT" "$HOSTILE_REPORT"
 cargo test --locked --test storage_contract --test plans --test roles --test run --test ha --test storm --test disk_full --test secrets --test patroni --test hostile -- --skip hostile_revisions_on_sqlite
 cat "$STORM_REPORT" "$PATRONI_REPORT" "$HOSTILE_REPORT"
 cargo test --locked --test tls a_server_without_tls
+varlib_check
 
 # The container image: the real Dockerfile built with podman and runc from Debian, on bases made
 # from Debian's packages (scripts/image-bases.sh; only the two base-image arguments change),
@@ -155,3 +178,4 @@ else
     cargo test --locked --test image -- --ignored --nocapture --test-threads=1
   echo "== the image build and test took $((SECONDS - image_started)) s"
 fi
+varlib_check

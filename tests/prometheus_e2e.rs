@@ -148,9 +148,17 @@ async fn alerts_fire_and_clear_per_writer_with_the_real_stack() {
         ),
     )
     .unwrap();
+    // Its state in this test's directory: Debian's default persistence file is under
+    // /var/lib/prometheus, where every earlier run on the machine left its groups.
     let _gw = start(
         "prometheus-pushgateway",
-        &[format!("--web.listen-address=127.0.0.1:{gateway}")],
+        &[
+            format!("--web.listen-address=127.0.0.1:{gateway}"),
+            format!(
+                "--persistence.file={}",
+                dir.path().join("pushgateway.data").display()
+            ),
+        ],
     );
     let _prom = start(
         "prometheus",
@@ -198,10 +206,39 @@ async fn alerts_fire_and_clear_per_writer_with_the_real_stack() {
     .await
     .unwrap();
 
-    println!(
-        "before any run: firing {:?}",
-        firing(&until(prometheus, alerts, "alerts", |_| true))
+    // Before any run: the gateway holds no group, Prometheus has scraped it, and the rules
+    // have been evaluated since, so "nothing fires" is a finding, not a race with the scrape.
+    let groups = until(gateway, "/api/v1/metrics", "Pushgateway up", |v| {
+        v["status"] == "success"
+    });
+    assert_eq!(
+        groups["data"],
+        serde_json::json!([]),
+        "a fresh gateway: {groups}"
     );
+    until(
+        prometheus,
+        &query("up{job=\"pushgateway\"} == 1"),
+        "first scrape",
+        |v| v["data"]["result"].as_array().is_some_and(|r| r.len() == 1),
+    );
+    let evaluated = |v: &Value| {
+        v["data"]["groups"][0]["lastEvaluation"]
+            .as_str()
+            .map(str::to_owned)
+    };
+    let first = evaluated(&until(prometheus, "/api/v1/rules", "rules loaded", |v| {
+        evaluated(v).is_some()
+    }));
+    until(
+        prometheus,
+        "/api/v1/rules",
+        "rules evaluated after the scrape",
+        |v| evaluated(v).is_some_and(|t| Some(t) != first),
+    );
+    let before = firing(&until(prometheus, alerts, "alerts", |_| true));
+    assert_eq!(before, Vec::<String>::new(), "nothing fires before any run");
+    println!("before any run: firing {before:?}");
     // Each run, then the alerts that must be firing once Prometheus has scraped and evaluated.
     let mismatch_b = "PackageExecutorReplayMismatch{rel-b.ns,recovery}".to_owned();
     let rejected_a = "PackageExecutorRejectedPackages{rel-a.ns,sweep}".to_owned();
