@@ -240,7 +240,7 @@ fn chart_lints_validates_and_parses() {
     // The recovery Job's one definition: a suspended CronJob's jobTemplate.
     let spec = recovery_template(&d);
     assert_eq!(spec.backoff_limit, Some(3));
-    assert_run_job(&spec, "240Mi");
+    assert_run_job(&spec, "228Mi");
     let migrate: Job = serde_json::from_value(migrate.clone()).unwrap();
     let mpod = migrate.spec.unwrap().template.spec.unwrap();
     assert_hardened(&mpod, "128Mi");
@@ -338,7 +338,7 @@ fn chart_lints_validates_and_parses() {
     assert_eq!(sweep_job.completion_mode.as_deref(), Some("Indexed"));
     assert_eq!(sweep_job.backoff_limit_per_index, Some(3));
     assert_eq!(sweep_job.backoff_limit, None);
-    assert_run_job(&sweep_job, "240Mi");
+    assert_run_job(&sweep_job, "228Mi");
     // The sweep's pods are labelled as the sweep, not as a recovery Job's.
     let sweep_labels = sweep_job
         .template
@@ -657,7 +657,7 @@ fn kind_manifests_validate_and_parse() {
                 let spec = job.spec.unwrap();
                 let name = job.metadata.name.unwrap();
                 if name.ends_with("recovery") {
-                    assert_run_job(&spec, "240Mi");
+                    assert_run_job(&spec, "228Mi");
                 } else {
                     assert_hardened(spec.template.spec.as_ref().unwrap(), "128Mi");
                 }
@@ -719,7 +719,7 @@ fn trigger_dry_run_validates_and_parses() {
     assert_eq!(labels["app.kubernetes.io/component"], "snapshot-recovery");
     let spec = job.spec.unwrap();
     assert_eq!(spec.backoff_limit, Some(3));
-    assert_run_job(&spec, "240Mi");
+    assert_run_job(&spec, "228Mi");
 
     let indexed = dry_run(&["--shards", "4", "--memory-budget", "256MiB"])
         .spec
@@ -727,7 +727,7 @@ fn trigger_dry_run_validates_and_parses() {
     assert_eq!(indexed.completion_mode.as_deref(), Some("Indexed"));
     assert_eq!(indexed.completions, Some(4));
     assert_eq!(indexed.backoff_limit_per_index, Some(3));
-    assert_run_job(&indexed, "480Mi");
+    assert_run_job(&indexed, "388Mi");
 
     // A template's spec is used as given; labels, annotation and restartPolicy are set, and
     // the name is the template's own with the publication's hash.
@@ -894,4 +894,34 @@ fn a_password_with_quote_at_slash_and_percent_renders_a_working_url() {
         pg["spec"]["template"]["spec"]["containers"][0]["env"][0]["value"],
         password
     );
+}
+
+/// The run pods' memory limit is the bound docs/contract.md states, at the chart's flags: the
+/// chart's `pe.memory` and `coordinator::memory_bound` are one formula, for small budgets (the
+/// largest single read counts instead), the default, and large ones, at any concurrency.
+#[test]
+fn the_memory_limit_is_the_stated_bound() {
+    for (budget_mib, concurrency) in [(16u64, 1usize), (50, 2), (96, 4), (256, 8), (1024, 16)] {
+        let yaml = run_helm(&[
+            "template",
+            "pe",
+            "charts/package-executor",
+            "--set",
+            &format!("run.memoryBudgetMiB={budget_mib}"),
+            "--set",
+            &format!("run.concurrency={concurrency}"),
+        ]);
+        let d = docs(&yaml);
+        let spec = recovery_template(&d);
+        let pod = spec.template.spec.unwrap();
+        let resources = pod.containers[0].resources.clone().unwrap();
+        let want = package_executor::coordinator::memory_bound(budget_mib << 20, concurrency)
+            .div_ceil(1 << 20);
+        assert_eq!(
+            resources.limits.unwrap()["memory"].0,
+            format!("{want}Mi"),
+            "budget {budget_mib} MiB, concurrency {concurrency}"
+        );
+        assert_eq!(resources.requests.unwrap()["memory"].0, format!("{want}Mi"));
+    }
 }

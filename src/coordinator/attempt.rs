@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use crate::planner::{ActiveHead, Snapshot, SnapshotBuilder, StoredLength};
+use crate::planner::{ActiveHead, MAX_REVISION_BYTES, Snapshot, SnapshotBuilder, StoredLength};
 use crate::rejection::Rejection;
 use crate::report::{Outcome, Unresolved};
 use crate::revision::{self, RevisionStream};
@@ -247,6 +247,12 @@ const SLICE_BYTES_PG: u64 = 1 << 20;
 /// SQLite loads the whole value to cut a slice from it, once per statement, so its slices are
 /// larger (fewer whole loads) while still far below the revision's size.
 const SLICE_BYTES_SQLITE: u64 = 4 << 20;
+
+/// The most one read reserves: the largest revision the limits allow, sliced on SQLite (the
+/// whole value SQLite loads, two slices, the reader's state). A budget smaller than this still
+/// reads it, alone, so the memory bound counts the larger of the two.
+pub const LARGEST_READ_BYTES: u64 =
+    MAX_REVISION_BYTES as u64 + 2 * SLICE_BYTES_SQLITE + revision::HELD_BYTES;
 
 /// What reading revisions of `need` stored bytes holds besides their bytes: the reader's
 /// state ([`revision::HELD_BYTES`] at most, and never more than a fixed multiple of the text,

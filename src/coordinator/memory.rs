@@ -1,14 +1,19 @@
 //! The stated bound on a run's memory (docs/contract.md, "Memory"), as a function of the flags.
 //!
 //! Everything a run holds in proportion to its input is either reserved against
-//! `--memory-budget` before it is held (revision bytes in flight, the whole value SQLite loads
-//! to cut a slice, each revision reader's state: [`crate::revision::HELD_BYTES`] at most) or
-//! bounded per worker by the limits (the snapshot being assembled: its kept definition bodies,
-//! at most 8 MiB, the document written from them and the copy the driver sends). The rest is
-//! the process itself. The chart's memory limit is this formula at the chart's values
-//! (`pe.memory` in `_helpers.tpl`; `tests/k8s_manifests.rs` holds the two equal).
+//! `--memory-budget` before it is held (revision bytes in flight, slices of 1 MiB on
+//! PostgreSQL and 4 MiB on SQLite, the whole value SQLite loads to cut a slice, each revision
+//! reader's state: [`crate::revision::HELD_BYTES`] at most) or bounded per worker by the
+//! limits (the snapshot being assembled: its kept definition bodies, at most 8 MiB, the
+//! document written from them and the copy the driver sends). A budget smaller than the
+//! largest single read still lets that read run, alone, so the bound counts the larger of the
+//! two. The rest is the process itself. The chart's memory limit is this formula at the
+//! chart's values (`pe.memory` in `_helpers.tpl`; `tests/k8s_manifests.rs` holds the two
+//! equal), and so is the limit of a Job `trigger` makes without a template.
 
 use crate::planner::MAX_SNAPSHOT_BYTES;
+
+pub use super::attempt::LARGEST_READ_BYTES;
 
 /// The process without work: runtime, connection pools, TLS roots, allocator arenas, logging.
 pub const BASE_BYTES: u64 = 32 << 20;
@@ -18,17 +23,29 @@ pub const BASE_BYTES: u64 = 32 << 20;
 /// [`MAX_SNAPSHOT_BYTES`], plus a MiB of row and protocol buffers.
 pub const WORKER_BYTES: u64 = 3 * MAX_SNAPSHOT_BYTES + (1 << 20);
 
-/// The most memory a run with these flags holds, whatever the input: the base, the budget, and
-/// each worker's snapshot.
+/// The most memory a run with these flags holds, whatever the input: the base, the budget (or
+/// the largest single read, when the budget is smaller), and each worker's snapshot.
 pub fn memory_bound(memory_budget: u64, concurrency: usize) -> u64 {
-    BASE_BYTES + memory_budget + concurrency as u64 * WORKER_BYTES
+    BASE_BYTES + memory_budget.max(LARGEST_READ_BYTES) + concurrency as u64 * WORKER_BYTES
 }
 
 #[cfg(test)]
 mod tests {
+    use super::{LARGEST_READ_BYTES, memory_bound};
+
     #[test]
     fn the_default_flags_give_the_charts_default_limit() {
         // 32 MiB + 96 MiB + 4 × 25 MiB: the chart's default memory limit, 228 MiB.
-        assert_eq!(super::memory_bound(96 << 20, 4), 228 << 20);
+        assert_eq!(memory_bound(96 << 20, 4), 228 << 20);
+    }
+
+    #[test]
+    fn a_small_budget_still_counts_the_largest_read() {
+        // The chart rounds the largest read up to 50 MiB (`pe.memory`).
+        assert!(LARGEST_READ_BYTES <= 50 << 20 && LARGEST_READ_BYTES > 49 << 20);
+        assert_eq!(
+            memory_bound(16 << 20, 1),
+            memory_bound(LARGEST_READ_BYTES, 1)
+        );
     }
 }

@@ -15,7 +15,7 @@ pub use attempt::{Step, attempt, drift};
 pub use budget::{MemoryBudget, Reservation};
 use crew::{Crew, Queue};
 pub use lanes::pool_size;
-pub use memory::{BASE_BYTES, WORKER_BYTES, memory_bound};
+pub use memory::{BASE_BYTES, LARGEST_READ_BYTES, WORKER_BYTES, memory_bound};
 pub use stop::Stop;
 
 use crate::report::{Outcome, RunSummary, Shard, Unresolved};

@@ -82,10 +82,13 @@ impl JobSettings {
         (retries + 1) * self.active_deadline_seconds + retries * 360
     }
 
-    /// Memory limit: the revision budget, half as much again for decoding copies, plus 96 MiB
-    /// for the runtime, pools and definitions.
+    /// Memory limit: the bound docs/contract.md states for this budget at the run's default
+    /// concurrency (the Job's run sets no other), as the chart's is.
     pub fn memory_limit_bytes(&self) -> u64 {
-        self.memory_budget + self.memory_budget / 2 + 96 * 1024 * 1024
+        crate::coordinator::memory_bound(
+            self.memory_budget,
+            crate::coordinator::RunSettings::default().concurrency,
+        )
     }
 }
 

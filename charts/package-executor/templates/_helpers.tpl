@@ -58,10 +58,13 @@ may read the recovery template and create Jobs, and holds no database login. */}
 {{- default (printf "release-%d" .Release.Revision) .Values.publicationId -}}
 {{- end -}}
 
-{{/* Memory limit: the revision budget, half again for decoding copies, plus 96 MiB. */}}
+{{/* Memory limit: the bound docs/contract.md states ("Memory"), at the chart's flags:
+32 MiB for the process, the revision budget (at least the largest single read, 50 MiB), and
+25 MiB per worker for the snapshot it builds. coordinator::memory_bound is the same formula;
+tests/k8s_manifests.rs holds the two equal. */}}
 {{- define "pe.memory" -}}
 {{- $b := int .Values.run.memoryBudgetMiB -}}
-{{- printf "%dMi" (add $b (div $b 2) 96) -}}
+{{- printf "%dMi" (add 32 (max $b 50) (mul (int .Values.run.concurrency) 25)) -}}
 {{- end -}}
 
 {{/* The run's deadline: below activeDeadlineSeconds minus the grace period, a minute spare. */}}
