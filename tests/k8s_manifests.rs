@@ -925,3 +925,47 @@ fn the_memory_limit_is_the_stated_bound() {
         assert_eq!(resources.requests.unwrap()["memory"].0, format!("{want}Mi"));
     }
 }
+
+/// An authenticated Pushgateway's URL comes from a Secret (never the pod spec), and the
+/// NetworkPolicy opens the Pushgateway's port for it as for a plain URL.
+#[test]
+fn the_push_url_can_come_from_a_secret() {
+    let yaml = run_helm(&[
+        "template",
+        "pe",
+        "charts/package-executor",
+        "--set",
+        "metrics.pushUrlSecret.name=push-credentials",
+        "--set",
+        "networkPolicy.enabled=true",
+    ]);
+    let d = docs(&yaml);
+    let pod = recovery_template(&d).template.spec.unwrap();
+    let env = pod.containers[0].env.clone().unwrap();
+    let push = env
+        .iter()
+        .find(|e| e.name == "PACKAGE_EXECUTOR_METRICS_PUSH_URL")
+        .expect("the push URL is set");
+    assert_eq!(push.value, None, "never in the pod spec");
+    let secret = push
+        .value_from
+        .as_ref()
+        .and_then(|v| v.secret_key_ref.as_ref())
+        .expect("from a Secret");
+    assert_eq!(
+        (secret.name.as_str(), secret.key.as_str()),
+        ("push-credentials", "url")
+    );
+    let policy = find(&d, "NetworkPolicy", "");
+    let ports: Vec<i64> = policy["spec"]["egress"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|rule| rule["ports"].as_array().cloned().unwrap_or_default())
+        .filter_map(|p| p["port"].as_i64())
+        .collect();
+    assert!(
+        ports.contains(&9091),
+        "the Pushgateway's port is open: {ports:?}"
+    );
+}

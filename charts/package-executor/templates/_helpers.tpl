@@ -104,9 +104,16 @@ containers:
         value: {{ .Values.run.maxAttempts | quote }}
       - name: PACKAGE_EXECUTOR_FINAL_PROBES
         value: {{ .Values.run.finalProbes | quote }}
-      {{- if .Values.metrics.pushUrl }}
+      {{- if or .Values.metrics.pushUrl .Values.metrics.pushUrlSecret.name }}
       - name: PACKAGE_EXECUTOR_METRICS_PUSH_URL
+        {{- if .Values.metrics.pushUrlSecret.name }}
+        valueFrom:
+          secretKeyRef:
+            name: {{ .Values.metrics.pushUrlSecret.name | quote }}
+            key: {{ .Values.metrics.pushUrlSecret.key | quote }}
+        {{- else }}
         value: {{ .Values.metrics.pushUrl | quote }}
+        {{- end }}
       - name: PACKAGE_EXECUTOR_METRICS_JOB
         value: {{ .Values.metrics.job | quote }}
       - name: PACKAGE_EXECUTOR_METRICS_INSTANCE
