@@ -42,7 +42,7 @@ mod tests {
     #[test]
     fn a_small_budget_still_counts_the_largest_read() {
         // The chart rounds the largest read up to 50 MiB (`pe.memory`).
-        assert!(LARGEST_READ_BYTES <= 50 << 20 && LARGEST_READ_BYTES > 49 << 20);
+        assert_eq!(LARGEST_READ_BYTES.div_ceil(1 << 20), 50);
         assert_eq!(
             memory_bound(16 << 20, 1),
             memory_bound(LARGEST_READ_BYTES, 1)

@@ -137,11 +137,13 @@ fn parameters(text: &str, out: &mut Vec<std::ops::Range<usize>>) {
             }
             j = (j + 1).min(bytes.len());
         } else {
-            while j < bytes.len()
-                && !bytes[j].is_ascii_whitespace()
-                && !matches!(bytes[j], b'&' | b'#' | b'"')
-                && !(bytes[j] == b'\\' && bytes.get(j + 1) == Some(&b'"'))
-            {
+            // A value ends at white space, `&`, `#`, or a JSON string's end (`"` or `\"`).
+            let ends = |j: usize| {
+                bytes[j].is_ascii_whitespace()
+                    || matches!(bytes[j], b'&' | b'#' | b'"')
+                    || (bytes[j] == b'\\' && bytes.get(j + 1) == Some(&b'"'))
+            };
+            while j < bytes.len() && !ends(j) {
                 j += 1;
             }
         }
