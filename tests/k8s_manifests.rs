@@ -5,6 +5,8 @@
 
 #[path = "support/helm.rs"]
 mod helm;
+#[path = "support/k8s_rules.rs"]
+mod k8s_rules;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -48,7 +50,46 @@ fn run(cmd: &mut Command) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// A chart render: valid against the Kubernetes schemas, and meeting the rules no schema states
+/// (`support/k8s_rules.rs`), for its own objects and for the Job `trigger` makes of its
+/// recovery template.
 fn validate(label: &str, yaml: &str) {
+    validate_schema(label, yaml);
+    let d = docs(yaml);
+    let mut broken = k8s_rules::check_render(&d, &[]);
+    broken.extend(triggered_rules(&d));
+    assert!(broken.is_empty(), "{label}: {broken:#?}");
+}
+
+/// The Job `trigger --from-cronjob` makes of the render's recovery template (as the cluster
+/// returns it, with a uid), against the rules, with the account the release hook runs it as.
+fn triggered_rules(d: &[Value]) -> Vec<String> {
+    let Some(cron) = d.iter().find(|x| {
+        x["kind"] == "CronJob"
+            && x["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .ends_with("-recovery")
+    }) else {
+        return Vec::new();
+    };
+    let mut cron: CronJob = serde_json::from_value(cron.clone()).unwrap();
+    cron.metadata.uid = Some("3f1c2a9e-0000-4000-8000-000000000001".into());
+    let job = package_executor::k8s::job::finalize(
+        package_executor::k8s::job::from_cron_job(&cron).unwrap(),
+        "a-publication-with-a-long-name-1234567890",
+        Some("ns"),
+    );
+    let account = d
+        .iter()
+        .find(|x| x["metadata"]["labels"]["app.kubernetes.io/component"] == "release-trigger")
+        .and_then(|x| x["spec"]["template"]["spec"]["serviceAccountName"].as_str())
+        .unwrap_or("default")
+        .to_owned();
+    k8s_rules::check_triggered(&serde_json::to_value(&job).unwrap(), d, &account)
+}
+
+fn validate_schema(label: &str, yaml: &str) {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join(format!("{label}.yaml"));
     std::fs::write(&file, yaml).unwrap();
@@ -640,9 +681,12 @@ fn kind_manifests_validate_and_parse() {
     files.sort();
     assert!(files.len() >= 5);
     let mut jobs = 0;
+    let mut all = String::new();
     for f in &files {
         let text = std::fs::read_to_string(f).unwrap();
-        validate(f.file_stem().unwrap().to_str().unwrap(), &text);
+        validate_schema(f.file_stem().unwrap().to_str().unwrap(), &text);
+        all.push_str(&text);
+        all.push_str("\n---\n");
         for mut doc in docs(&text) {
             // The recovery template is a suspended CronJob, as in the chart: check its Job.
             if doc["kind"] == "CronJob" {
@@ -668,6 +712,9 @@ fn kind_manifests_validate_and_parse() {
         jobs, 3,
         "migrate and import Jobs, and the recovery template"
     );
+    // The rules over all the files at once (the accounts are in 20-rbac.yaml).
+    let broken = k8s_rules::check_render(&docs(&all), &[]);
+    assert!(broken.is_empty(), "kind manifests: {broken:#?}");
     let postgres = std::fs::read_to_string(dir.join("10-postgres.yaml")).unwrap();
     assert!(docs(&postgres).iter().any(|d| d["kind"] == "StatefulSet"));
     assert!(Path::new(&root().join("tests/e2e/kind.sh")).exists());
@@ -685,7 +732,16 @@ fn dry_run(extra: &[&str]) -> Job {
     ])
     .args(extra);
     let yaml = run(&mut cmd);
-    validate("dry-run", &yaml);
+    validate_schema("dry-run", &yaml);
+    // Its name and what the Job controller derives from it, and its owner references (its
+    // account comes from the template, checked in the template's render).
+    let mut broken = Vec::new();
+    for job in docs(&yaml) {
+        let name = job["metadata"]["name"].as_str().unwrap_or_default();
+        k8s_rules::job_name("dry-run", name, &job["spec"], &mut broken);
+        k8s_rules::owner_references("dry-run", &job, false, &mut broken);
+    }
+    assert!(broken.is_empty(), "dry-run: {broken:#?}");
     // Strict YAML parsers refuse a mapping with a key twice (it once printed apiVersion and
     // kind twice): every top-level key once.
     let mut top: Vec<&str> = yaml
@@ -968,4 +1024,211 @@ fn the_push_url_can_come_from_a_secret() {
         ports.contains(&9091),
         "the Pushgateway's port is open: {ports:?}"
     );
+}
+
+/// The rules module is not vacuous: each rule flags the defect it states (each one the chart
+/// or `trigger` had before these rules: a 23-character release's Indexed recovery Job, the
+/// sweep's Jobs at 11 shards, blockOwnerDeletion and a controller reference on a triggered
+/// Job, a pod naming an account nothing made, a migration hook longer than Helm waits).
+#[test]
+fn the_rules_catch_what_they_state() {
+    use serde_json::json;
+    let mut broken = Vec::new();
+    // `trigger` cut names to 63 before: a 2-shard Job's last pod was `<63>-1`.
+    let name = format!("{}-{}", "r".repeat(50), "0123456789ab");
+    k8s_rules::job_name(
+        "indexed",
+        &name,
+        &json!({"completionMode": "Indexed", "completions": 2}),
+        &mut broken,
+    );
+    assert_eq!(broken.len(), 1, "{broken:?}");
+    // A 52-character CronJob's Jobs at 11 shards: 52 + 9 + 3 = 64.
+    let cron = json!({"metadata": {"name": "s".repeat(52)}, "spec": {"jobTemplate": {"spec":
+        {"completionMode": "Indexed", "completions": 11}}}});
+    broken.clear();
+    k8s_rules::cron_job("sweep", &cron, &mut broken);
+    assert_eq!(broken.len(), 1, "{broken:?}");
+    // The owner reference trigger used to set.
+    let job = json!({"metadata": {"ownerReferences": [{"kind": "CronJob", "name": "r",
+        "controller": true, "blockOwnerDeletion": true}]}});
+    broken.clear();
+    k8s_rules::owner_references("triggered", &job, false, &mut broken);
+    assert_eq!(broken.len(), 2, "{broken:?}");
+    // A pod naming an account the render does not make; a hook of 600 s.
+    let d = vec![
+        json!({"kind": "Job", "metadata": {"name": "m", "annotations":
+        {"helm.sh/hook": "pre-upgrade"}}, "spec": {"activeDeadlineSeconds": 600,
+        "template": {"spec": {"serviceAccountName": "pe-package-executor"}}}}),
+    ];
+    let broken = k8s_rules::check_render(&d, &[]);
+    assert_eq!(broken.len(), 2, "{broken:?}");
+    assert!(k8s_rules::check_render(&d, &["pe-package-executor"]).len() == 1);
+}
+
+/// A 53-character release (Helm's longest) with 2, 11 and 100 shards, the sweep and the
+/// release hook on: every object, every Job the sweep's CronJob schedules and the Job
+/// `trigger` makes of the recovery template meet the rules (`validate` checks them).
+#[test]
+fn long_release_names_and_many_shards_meet_the_api_servers_rules() {
+    let release = "a".repeat(53);
+    for shards in ["2", "11", "100"] {
+        let shards = format!("run.shards={shards}");
+        let mut args = vec![
+            "template",
+            &release,
+            "charts/package-executor",
+            "--kube-version",
+            KUBE_VERSION,
+        ];
+        args.extend(ALL_ON);
+        args.extend(["--set", &shards, "--set", "recovery.onRelease=true"]);
+        let rendered = run_helm(&args);
+        validate(&format!("53-character release, {shards}"), &rendered);
+        let d = docs(&rendered);
+        let sweep = find(&d, "CronJob", "sweep");
+        let host = format!(
+            "{}{}-{}",
+            sweep["metadata"]["name"].as_str().unwrap(),
+            k8s_rules::CRON_JOB_SUFFIX,
+            sweep["spec"]["jobTemplate"]["spec"]["completions"]
+        );
+        assert!(host.len() <= 64, "{host}");
+    }
+}
+
+/// Every account a pod names exists: the chart's own, the one named for pods the chart does
+/// not make accounts for, or the namespace's `default`; trigger's account exists whenever
+/// the release hook runs, with or without the chart's RBAC.
+#[test]
+fn every_account_a_pod_names_exists() {
+    let cases: [(&[&str], &[&str]); 4] = [
+        (&["--set", "serviceAccount.create=false"], &[]),
+        (
+            &[
+                "--set",
+                "serviceAccount.create=false",
+                "--set",
+                "serviceAccount.name=ops",
+            ],
+            &["ops"],
+        ),
+        (
+            &[
+                "--set",
+                "rbac.create=false",
+                "--set",
+                "recovery.onRelease=true",
+            ],
+            &[],
+        ),
+        (
+            &[
+                "--set",
+                "serviceAccount.create=false",
+                "--set",
+                "serviceAccount.triggerName=ops-trigger",
+                "--set",
+                "recovery.onRelease=true",
+            ],
+            &["ops-trigger"],
+        ),
+    ];
+    for (values, external) in cases {
+        let mut args = vec![
+            "template",
+            "pe",
+            "charts/package-executor",
+            "--kube-version",
+            KUBE_VERSION,
+        ];
+        args.extend(values);
+        let rendered = run_helm(&args);
+        validate_schema("accounts", &rendered);
+        let broken = k8s_rules::check_render(&docs(&rendered), external);
+        assert!(broken.is_empty(), "{values:?}: {broken:#?}");
+    }
+}
+
+/// As a subchart: Helm passes every subchart `global` (the parent's global values), which a
+/// strict schema must accept. An umbrella chart that depends on this one renders and meets the
+/// schemas and the rules.
+#[test]
+fn the_chart_installs_as_a_subchart() {
+    let dir = tempfile::tempdir().unwrap();
+    let umbrella = dir.path().join("platform");
+    std::fs::create_dir_all(umbrella.join("charts")).unwrap();
+    std::fs::write(
+        umbrella.join("Chart.yaml"),
+        "apiVersion: v2\nname: platform\nversion: 1.0.0\ndependencies:\n  - name: package-executor\n    version: \">=0.0.0-0\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        umbrella.join("values.yaml"),
+        "global:\n  imageRegistry: registry.example\npackage-executor:\n  sweep:\n    enabled: true\n",
+    )
+    .unwrap();
+    copy_dir(
+        &root().join("charts/package-executor"),
+        &umbrella.join("charts/package-executor"),
+    );
+    let rendered = run_helm(&[
+        "template",
+        "platform",
+        umbrella.to_str().unwrap(),
+        "--kube-version",
+        KUBE_VERSION,
+    ]);
+    validate("subchart", &rendered);
+    let d = docs(&rendered);
+    find(&d, "CronJob", "sweep");
+    find(&d, "CronJob", "recovery");
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+/// Two publications close together: `trigger` makes two Jobs of the recovery template, with
+/// different names, neither of which the CronJob controller reconciles (no controller
+/// reference: `getJobsToBeReconciled` in pkg/controller/cronjob/cronjob_controllerv2.go), so
+/// its `concurrencyPolicy: Forbid` and history limits touch neither and both run; their runs
+/// converge by claims and exact replay (tests/run.rs).
+#[test]
+fn two_publications_get_two_jobs_the_cronjob_leaves_alone() {
+    let rendered = docs(&run_helm(&["template", "pe", "charts/package-executor"]));
+    let mut cron: CronJob =
+        serde_json::from_value(find(&rendered, "CronJob", "recovery").clone()).unwrap();
+    cron.metadata.uid = Some("3f1c2a9e-0000-4000-8000-000000000002".into());
+    let jobs: Vec<Job> = ["release-7", "release-8"]
+        .iter()
+        .map(|p| {
+            package_executor::k8s::job::finalize(
+                package_executor::k8s::job::from_cron_job(&cron).unwrap(),
+                p,
+                Some("ns"),
+            )
+        })
+        .collect();
+    assert_ne!(jobs[0].metadata.name, jobs[1].metadata.name);
+    for job in &jobs {
+        let refs = job.metadata.owner_references.as_ref().unwrap();
+        assert_eq!(refs.len(), 1);
+        assert_eq!(refs[0].kind, "CronJob");
+        assert_eq!(
+            refs[0].uid, "3f1c2a9e-0000-4000-8000-000000000002",
+            "collected with it"
+        );
+        assert_ne!(refs[0].controller, Some(true), "not the CronJob's to prune");
+        assert_ne!(refs[0].block_owner_deletion, Some(true));
+    }
 }

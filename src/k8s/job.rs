@@ -103,8 +103,27 @@ pub fn job_name(publication_id: &str) -> String {
 /// `<prefix>-<first 12 hex digits of sha256(ID)>`, the prefix cut so that the name stays
 /// within Kubernetes' 63 characters (and ends in no `-` before the hash's).
 pub fn job_name_with(prefix: &str, publication_id: &str) -> String {
+    job_name_within(prefix, publication_id, 0)
+}
+
+/// The characters an Indexed Job's pods add to its name: `-<completions - 1>`, the last pod's
+/// hostname, which the API server requires to be a DNS label of at most 63 characters
+/// (`ValidateJob` in kubernetes/pkg/apis/batch/validation/validation.go: "will not able to
+/// create pod with invalid DNS label"). None for other Jobs.
+pub fn pod_suffix_len(spec: Option<&JobSpec>) -> usize {
+    match spec {
+        Some(s) if s.completion_mode.as_deref() == Some("Indexed") => {
+            let last = s.completions.unwrap_or(1).max(1) - 1;
+            1 + last.to_string().len()
+        }
+        _ => 0,
+    }
+}
+
+/// [`job_name_with`], cut `reserve` characters shorter still (for [`pod_suffix_len`]).
+pub fn job_name_within(prefix: &str, publication_id: &str, reserve: usize) -> String {
     let hash = hex::encode(Sha256::digest(publication_id.as_bytes()));
-    let room = 63 - 13;
+    let room = (63 - 13usize).saturating_sub(reserve).max(1);
     let cut = prefix
         .char_indices()
         .nth(room)
@@ -138,8 +157,16 @@ pub fn from_cron_job(cron: &CronJob) -> Result<Job, String> {
         kind: "CronJob".into(),
         name: name.clone(),
         uid,
-        controller: Some(true),
-        block_owner_deletion: Some(true),
+        // Not the controller: the CronJob controller reconciles only the Jobs whose controller
+        // reference names it (getJobsToBeReconciled in
+        // kubernetes/pkg/controller/cronjob/cronjob_controllerv2.go), pruning finished ones
+        // past its history limits even while suspended and warning `UnexpectedJob` about
+        // running ones it did not start; a plain owner reference still has the garbage
+        // collector remove the Job with its CronJob. And no blockOwnerDeletion: under the
+        // OwnerReferencesPermissionEnforcement admission plugin setting it needs `update` on
+        // `cronjobs/finalizers` (kubernetes/plugin/pkg/admission/gc/gc_admission.go).
+        controller: None,
+        block_owner_deletion: None,
     });
     Ok(Job {
         metadata: ObjectMeta {
@@ -330,7 +357,8 @@ pub fn default_job(s: &JobSettings) -> Job {
 /// `restartPolicy: Never`.
 pub fn finalize(mut job: Job, publication_id: &str, namespace: Option<&str>) -> Job {
     let prefix = job.metadata.name.as_deref().unwrap_or(DEFAULT_PREFIX);
-    job.metadata.name = Some(job_name_with(prefix, publication_id));
+    let reserve = pod_suffix_len(job.spec.as_ref());
+    job.metadata.name = Some(job_name_within(prefix, publication_id, reserve));
     job.metadata.generate_name = None;
     if let Some(ns) = namespace {
         job.metadata.namespace = Some(ns.to_owned());

@@ -26,14 +26,39 @@ app.kubernetes.io/name: package-executor
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/* The sweep CronJob's name. The CronJob controller names its Jobs `<cronjob>-<minutes since
+the epoch>` (8 digits until the 2160s; getJobName in kubernetes/pkg/controller/cronjob/utils.go),
+and an Indexed Job's last pod is `<job>-<shards - 1>`, which the API server requires to be a DNS
+label of at most 63 characters (ValidateJob in pkg/apis/batch/validation): so at most 52 (the
+API's CronJob limit), and 53 minus the last index's digits with shards. */}}
+{{- define "pe.sweepName" -}}
+{{- $limit := 52 -}}
+{{- if gt (int .Values.run.shards) 1 -}}
+{{- $limit = min 52 (sub 53 (len (toString (sub (int .Values.run.shards) 1)))) -}}
+{{- end -}}
+{{- include "pe.name" (list . "sweep" $limit) -}}
+{{- end -}}
+
+{{/* The run pods' account: the chart's own when it makes one, else the one named, else the
+namespace's `default` (never a name that nothing creates). */}}
 {{- define "pe.serviceAccount" -}}
+{{- if .Values.serviceAccount.create -}}
 {{- default (include "pe.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The account of `trigger` in the cluster (the release hook, or an operator's own Job): it
-may read the recovery template and create Jobs, and holds no database login. */}}
+may read the recovery template and create Jobs, and holds no database login. The chart makes it
+whenever it makes accounts and `trigger` runs in the cluster; otherwise the one named in
+serviceAccount.triggerName, else the run pods' account. */}}
 {{- define "pe.triggerServiceAccount" -}}
+{{- if .Values.serviceAccount.create -}}
 {{- include "pe.name" (list . "trigger" 63) -}}
+{{- else -}}
+{{- default (include "pe.serviceAccount" .) .Values.serviceAccount.triggerName -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The development database's password as it must stand in a URL's user part: percent-encoded
