@@ -1232,3 +1232,115 @@ fn two_publications_get_two_jobs_the_cronjob_leaves_alone() {
         assert_ne!(refs[0].block_owner_deletion, Some(true));
     }
 }
+
+/// The chart's NOTES as Helm prints them after an install (rendered through a copy of the
+/// chart that wraps them in a ConfigMap, since `helm template` leaves NOTES out).
+fn notes(values: &[&str]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let chart = dir.path().join("package-executor");
+    copy_dir(&root().join("charts/package-executor"), &chart);
+    std::fs::write(
+        chart.join("templates/zz-notes.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\ndata:\n  notes: {{ include \"package-executor/templates/NOTES.txt\" . | toJson }}\n",
+    )
+    .unwrap();
+    let mut args = vec![
+        "template",
+        "pe",
+        chart.to_str().unwrap(),
+        "--show-only",
+        "templates/zz-notes.yaml",
+    ];
+    args.extend(values);
+    let d = docs(&run_helm(&args));
+    d[0]["data"]["notes"].as_str().unwrap().to_owned()
+}
+
+/// The NetworkPolicy users can install: the API server's rule never silently dropped (without
+/// its addresses, its ports to any address, and NOTES says so), IPv6 CIDRs, the DNS ports
+/// OpenShift needs, extra egress rules; and NOTES names the recovery Job `trigger` really
+/// makes.
+#[test]
+fn the_network_policy_and_notes_hold_on_common_clusters() {
+    let policy = |values: &[&str]| {
+        let mut args = vec![
+            "template",
+            "pe",
+            "charts/package-executor",
+            "--kube-version",
+            KUBE_VERSION,
+        ];
+        args.extend(values);
+        let yaml = run_helm(&args);
+        validate("network policy", &yaml);
+        find(&docs(&yaml), "NetworkPolicy", "").clone()
+    };
+    let ports = |rule: &Value| -> Vec<i64> {
+        rule["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|p| p["port"].as_i64())
+            .collect()
+    };
+    // Offline (helm template, Argo CD): the API rule stays, on its ports, to any address.
+    let p = policy(&[]);
+    let egress = p["spec"]["egress"].as_array().unwrap();
+    let api = egress
+        .iter()
+        .find(|r| ports(r).contains(&6443))
+        .expect("an API server rule");
+    assert!(api["to"].is_null(), "{api}");
+    assert_eq!(ports(api), [443, 6443]);
+    assert!(
+        ports(&egress[0]).contains(&5353),
+        "OpenShift's DNS port: {}",
+        egress[0]
+    );
+    assert!(notes(&[]).contains(
+        "WARNING: the NetworkPolicy lets these pods reach ports 443, 6443 on any address"
+    ));
+    // Given addresses, IPv6 included; extra rules appended.
+    let p = policy(&[
+        "--set",
+        "networkPolicy.apiServer.cidrs={10.96.0.1/32,fd00:10:96::1/128}",
+        "--set",
+        "networkPolicy.extraEgress[0].ports[0].port=3128",
+    ]);
+    let egress = p["spec"]["egress"].as_array().unwrap();
+    let api = egress.iter().find(|r| ports(r).contains(&6443)).unwrap();
+    let cidrs: Vec<&str> = api["to"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["ipBlock"]["cidr"].as_str().unwrap())
+        .collect();
+    assert_eq!(cidrs, ["10.96.0.1/32", "fd00:10:96::1/128"]);
+    assert_eq!(ports(egress.last().unwrap()), [3128]);
+    assert!(!notes(&["--set", "networkPolicy.apiServer.cidrs={10.96.0.1/32}"]).contains("WARNING"));
+
+    // NOTES names the Job trigger makes of the template, with and without shards.
+    for shards in ["1", "11"] {
+        let set = format!("run.shards={shards}");
+        let d = docs(&run_helm(&[
+            "template",
+            "pe",
+            "charts/package-executor",
+            "--set",
+            &set,
+        ]));
+        let cron: CronJob =
+            serde_json::from_value(find(&d, "CronJob", "recovery").clone()).unwrap();
+        let job = package_executor::k8s::job::finalize(
+            package_executor::k8s::job::from_cron_job(&cron).unwrap(),
+            "release-1",
+            None,
+        );
+        let name = job.metadata.name.unwrap();
+        let text = notes(&["--set", &set]);
+        assert!(
+            text.contains(&format!("The recovery Job {name} ")),
+            "{name}:\n{text}"
+        );
+    }
+}

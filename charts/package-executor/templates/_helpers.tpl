@@ -333,3 +333,26 @@ template:
         path: client.key
 {{- end }}
 {{- end -}}
+
+{{/* The API server's addresses for the NetworkPolicy, as a JSON list of CIDRs: the values'
+networkPolicy.apiServer.cidrs, else (networkPolicy.apiServer.lookup) the addresses of the
+`kubernetes` Service's EndpointSlices read at install (/32 for IPv4, /128 for IPv6; a render
+without a cluster reads none), else none: the rule then allows the API server's ports to any
+address, and NOTES says so. */}}
+{{- define "pe.apiServerCidrs" -}}
+{{- $api := .Values.networkPolicy.apiServer -}}
+{{- $cidrs := $api.cidrs -}}
+{{- if and (not $cidrs) $api.lookup -}}
+{{- $slices := lookup "discovery.k8s.io/v1" "EndpointSlice" "default" "" -}}
+{{- range ($slices.items | default list) -}}
+{{- if eq (index (.metadata.labels | default dict) "kubernetes.io/service-name" | default "") "kubernetes" -}}
+{{- range (.endpoints | default list) -}}
+{{- range .addresses -}}
+{{- $cidrs = append $cidrs (printf "%s/%s" . (ternary "128" "32" (contains ":" .))) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $cidrs | default list | toJson -}}
+{{- end -}}
