@@ -138,7 +138,7 @@ fn assert_only_lifecycle_hooks(docs: &[Value]) {
         let hook = d["metadata"]["annotations"]["helm.sh/hook"].as_str();
         match hook {
             None => {}
-            Some("post-install,pre-upgrade") => assert!(name.ends_with("-migrate"), "{name}"),
+            Some("post-install,post-upgrade") if name.ends_with("-migrate") => {}
             Some("post-install,post-upgrade") => {
                 assert!(name.contains("-release-"), "{name}")
             }
@@ -267,7 +267,7 @@ fn chart_lints_validates_and_parses() {
     let migrate = find(&d, "Job", "migrate");
     assert_eq!(
         migrate["metadata"]["annotations"]["helm.sh/hook"],
-        "post-install,pre-upgrade"
+        "post-install,post-upgrade"
     );
     assert!(
         !d.iter()
@@ -1343,4 +1343,33 @@ fn the_network_policy_and_notes_hold_on_common_clusters() {
             "{name}:\n{text}"
         );
     }
+}
+
+/// The migration runs when this release's objects exist (after install and after upgrade, as
+/// `hook_ordering` in the rules requires) and before the release's recovery Job: Helm runs the
+/// hooks of one event in ascending `helm.sh/hook-weight` (helm/pkg/action/hooks.go sorts them
+/// by weight, then name) and waits for each.
+#[test]
+fn the_migration_runs_with_the_new_objects_before_the_recovery_job() {
+    let d = docs(&run_helm(&["template", "pe", "charts/package-executor"]));
+    let hook = |part: &str| {
+        let j = find(&d, "Job", part);
+        let a = &j["metadata"]["annotations"];
+        (
+            a["helm.sh/hook"].as_str().unwrap().to_owned(),
+            a["helm.sh/hook-weight"]
+                .as_str()
+                .unwrap()
+                .parse::<i32>()
+                .unwrap(),
+        )
+    };
+    let (migrate, migrate_weight) = hook("-migrate");
+    let (release, release_weight) = hook("-release-");
+    assert_eq!(migrate, "post-install,post-upgrade");
+    assert_eq!(release, "post-install,post-upgrade");
+    assert!(migrate_weight < release_weight);
+    let mut broken = Vec::new();
+    k8s_rules::hook_ordering(&d, &mut broken);
+    assert!(broken.is_empty(), "{broken:#?}");
 }

@@ -231,6 +231,70 @@ pub fn hook_deadlines(docs: &[Value], out: &mut Broken) {
     }
 }
 
+/// The Secrets, ServiceAccounts and ConfigMaps a pod template uses.
+fn pod_references(spec: &Value) -> Vec<(&'static str, String)> {
+    let mut out = Vec::new();
+    if let Some(a) = spec["serviceAccountName"].as_str() {
+        out.push(("ServiceAccount", a.to_owned()));
+    }
+    for v in spec["volumes"].as_array().into_iter().flatten() {
+        if let Some(n) = v["secret"]["secretName"].as_str() {
+            out.push(("Secret", n.to_owned()));
+        }
+        if let Some(n) = v["configMap"]["name"].as_str() {
+            out.push(("ConfigMap", n.to_owned()));
+        }
+    }
+    for c in spec["containers"].as_array().into_iter().flatten() {
+        for e in c["env"].as_array().into_iter().flatten() {
+            if let Some(n) = e["valueFrom"]["secretKeyRef"]["name"].as_str() {
+                out.push(("Secret", n.to_owned()));
+            }
+            if let Some(n) = e["valueFrom"]["configMapKeyRef"]["name"].as_str() {
+                out.push(("ConfigMap", n.to_owned()));
+            }
+        }
+    }
+    out
+}
+
+/// A `pre-install` or `pre-upgrade` hook runs before Helm creates or updates the release's
+/// other objects ("pre-upgrade: Executes on an upgrade request after templates are rendered,
+/// but before any resources are updated", helm.sh/docs/topics/charts_hooks), so a pre-hook
+/// Job that uses this render's own Secret, account or ConfigMap runs with the previous
+/// release's (or none): an upgrade that changes the migration URL migrates the old database.
+pub fn hook_ordering(docs: &[Value], out: &mut Broken) {
+    let ordinary: Vec<(String, String)> = docs
+        .iter()
+        .filter(|d| d["metadata"]["annotations"]["helm.sh/hook"].is_null())
+        .map(|d| {
+            (
+                d["kind"].as_str().unwrap_or_default().to_owned(),
+                d["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+            )
+        })
+        .collect();
+    for d in docs.iter().filter(|d| d["kind"] == "Job") {
+        let hooks = d["metadata"]["annotations"]["helm.sh/hook"]
+            .as_str()
+            .unwrap_or_default();
+        if !hooks.split(',').any(|h| h.trim().starts_with("pre-")) {
+            continue;
+        }
+        for (kind, name) in pod_references(&d["spec"]["template"]["spec"]) {
+            if ordinary.contains(&(kind.to_owned(), name.clone())) {
+                out.push(format!(
+                    "hook Job {} ({hooks}) uses {kind} {name}, which Helm applies only after it",
+                    d["metadata"]["name"]
+                ));
+            }
+        }
+    }
+}
+
 /// Every rule over one render: names and labels of every object, every Job and CronJob, the
 /// ServiceAccounts its pods name, its hooks.
 pub fn check_render(docs: &[Value], external_accounts: &[&str]) -> Broken {
@@ -251,6 +315,7 @@ pub fn check_render(docs: &[Value], external_accounts: &[&str]) -> Broken {
     }
     service_accounts(docs, external_accounts, &mut out);
     hook_deadlines(docs, &mut out);
+    hook_ordering(docs, &mut out);
     out
 }
 
