@@ -129,8 +129,15 @@ pub enum Command {
     Trigger(TriggerArgs),
 }
 
-/// `trigger` flags.
+/// `trigger` flags. A template is required (`--from-cronjob` or `--job-template`): the chart
+/// is the one definition of the recovery Job, and there are no built-in defaults.
 #[derive(Debug, Args)]
+#[command(group(
+    clap::ArgGroup::new("template")
+        .required(true)
+        .multiple(false)
+        .args(["from_cronjob", "job_template"])
+))]
 pub struct TriggerArgs {
     /// The publication that makes recovery necessary (names the Job).
     #[arg(long, env = "PACKAGE_EXECUTOR_PUBLICATION_ID")]
@@ -149,22 +156,6 @@ pub struct TriggerArgs {
     /// A batch/v1 Job, or a CronJob (its `jobTemplate`), in YAML, whose spec is used as given.
     #[arg(long, env = "PACKAGE_EXECUTOR_JOB_TEMPLATE")]
     pub job_template: Option<PathBuf>,
-    /// Container image of the default Job.
-    #[arg(long, env = "PACKAGE_EXECUTOR_IMAGE")]
-    pub image: Option<String>,
-    /// Secret with the database URLs (key `executor-url`) for the default Job.
-    #[arg(
-        long,
-        default_value = "package-executor-db",
-        env = "PACKAGE_EXECUTOR_DATABASE_SECRET"
-    )]
-    pub database_secret: String,
-    /// Revision bytes in flight in the Job's run; sizes its memory limit.
-    #[arg(long, default_value = "96MiB", value_parser = parse_bytes, env = "PACKAGE_EXECUTOR_MEMORY_BUDGET")]
-    pub memory_budget: u64,
-    /// Indexed completion mode with this many shards.
-    #[arg(long, env = "PACKAGE_EXECUTOR_SHARDS")]
-    pub shards: Option<i32>,
     /// Delete and re-create an existing Job that has failed.
     #[arg(long, env = "PACKAGE_EXECUTOR_REPLACE_FAILED")]
     pub replace_failed: bool,

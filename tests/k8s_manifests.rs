@@ -671,53 +671,42 @@ fn chart_pushes_metrics_and_renders_alert_rules() {
     );
 }
 
+/// `manifests/` is rendered from the chart (`scripts/render-manifests.sh`), never written by
+/// hand: this fails when it is out of date. It validates, meets the rules, and holds the chart's
+/// Jobs (the migration, the release's trigger, and the recovery template's).
 #[test]
-fn kind_manifests_validate_and_parse() {
-    let dir = root().join("manifests");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    files.sort();
-    assert!(files.len() >= 5);
-    let mut jobs = 0;
-    let mut all = String::new();
-    for f in &files {
-        let text = std::fs::read_to_string(f).unwrap();
-        validate_schema(f.file_stem().unwrap().to_str().unwrap(), &text);
-        all.push_str(&text);
-        all.push_str("\n---\n");
-        for mut doc in docs(&text) {
-            // The recovery template is a suspended CronJob, as in the chart: check its Job.
-            if doc["kind"] == "CronJob" {
-                assert_eq!(doc["spec"]["suspend"], true);
-                doc = serde_json::json!({"apiVersion": "batch/v1", "kind": "Job",
-                    "metadata": doc["metadata"].clone(),
-                    "spec": doc["spec"]["jobTemplate"]["spec"].clone()});
-            }
-            if doc["kind"] == "Job" {
-                jobs += 1;
-                let job: Job = serde_json::from_value(doc).unwrap();
-                let spec = job.spec.unwrap();
-                let name = job.metadata.name.unwrap();
-                if name.ends_with("recovery") {
-                    assert_run_job(&spec, "228Mi");
-                } else {
-                    assert_hardened(spec.template.spec.as_ref().unwrap(), "128Mi");
-                }
-            }
-        }
-    }
-    assert_eq!(
-        jobs, 3,
-        "migrate and import Jobs, and the recovery template"
+fn manifests_are_the_charts_render() {
+    let fresh = tempfile::tempdir().unwrap();
+    run(Command::new(root().join("scripts/render-manifests.sh"))
+        .arg(fresh.path())
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                root().join(".tools/bin").display(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
+        ));
+    let committed =
+        std::fs::read_to_string(root().join("manifests/10-package-executor.yaml")).unwrap();
+    let rendered = std::fs::read_to_string(fresh.path().join("10-package-executor.yaml")).unwrap();
+    assert!(
+        committed == rendered,
+        "manifests/ is out of date: run scripts/render-manifests.sh and commit the result"
     );
-    // The rules over all the files at once (the accounts are in 20-rbac.yaml).
-    let broken = k8s_rules::check_render(&docs(&all), &[]);
-    assert!(broken.is_empty(), "kind manifests: {broken:#?}");
-    let postgres = std::fs::read_to_string(dir.join("10-postgres.yaml")).unwrap();
-    assert!(docs(&postgres).iter().any(|d| d["kind"] == "StatefulSet"));
-    assert!(Path::new(&root().join("tests/e2e/kind.sh")).exists());
+    let namespace = std::fs::read_to_string(root().join("manifests/00-namespace.yaml")).unwrap();
+    validate_schema("namespace", &namespace);
+    validate("manifests", &committed);
+    let d = docs(&committed);
+    let spec = recovery_template(&d);
+    assert_run_job(&spec, "228Mi");
+    let migrate: Job = serde_json::from_value(find(&d, "Job", "-migrate").clone()).unwrap();
+    assert_hardened(&migrate.spec.unwrap().template.spec.unwrap(), "128Mi");
+    assert!(
+        d.iter().any(|x| x["kind"] == "StatefulSet"),
+        "the development PostgreSQL"
+    );
+    assert!(root().join("tests/e2e/kind.sh").exists());
 }
 
 fn dry_run(extra: &[&str]) -> Job {
@@ -760,30 +749,32 @@ fn dry_run(extra: &[&str]) -> Job {
 
 #[test]
 fn trigger_dry_run_validates_and_parses() {
-    let job = dry_run(&[]);
-    assert_eq!(
-        job.metadata.name.as_deref(),
-        Some(package_executor::k8s::job::job_name("pub-7").as_str())
-    );
-    assert_eq!(job.metadata.namespace.as_deref(), Some("apps"));
-    assert_eq!(
-        job.metadata.annotations.as_ref().unwrap()["qinglong.io/publication-id"],
-        "pub-7"
-    );
-    let labels = job.metadata.labels.as_ref().unwrap();
-    assert_eq!(labels["app.kubernetes.io/name"], "package-executor");
-    assert_eq!(labels["app.kubernetes.io/component"], "snapshot-recovery");
-    let spec = job.spec.unwrap();
-    assert_eq!(spec.backoff_limit, Some(3));
-    assert_run_job(&spec, "228Mi");
-
-    let indexed = dry_run(&["--shards", "4", "--memory-budget", "256MiB"])
-        .spec
+    // No template, no Job: there are no built-in defaults (the chart is the one definition).
+    let out = Command::new(env!("CARGO_BIN_EXE_package-executor"))
+        .args(["trigger", "--publication-id", "pub-7", "--dry-run"])
+        .output()
         .unwrap();
-    assert_eq!(indexed.completion_mode.as_deref(), Some("Indexed"));
-    assert_eq!(indexed.completions, Some(4));
-    assert_eq!(indexed.backoff_limit_per_index, Some(3));
-    assert_run_job(&indexed, "388Mi");
+    assert_eq!(out.status.code(), Some(2), "a usage error");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--from-cronjob") && stderr.contains("--job-template"),
+        "{stderr}"
+    );
+    for gone in [
+        "--image",
+        "--database-secret",
+        "--memory-budget",
+        "--shards",
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_package-executor"))
+            .args(["trigger", "--help"])
+            .output()
+            .unwrap();
+        assert!(
+            !String::from_utf8_lossy(&out.stdout).contains(gone),
+            "{gone}"
+        );
+    }
 
     // A template's spec is used as given; labels, annotation and restartPolicy are set, and
     // the name is the template's own with the publication's hash.
@@ -795,6 +786,14 @@ fn trigger_dry_run_validates_and_parses() {
         job.metadata.name.as_deref(),
         Some(package_executor::k8s::job::job_name_with("whatever", "pub-7").as_str())
     );
+    assert_eq!(job.metadata.namespace.as_deref(), Some("apps"));
+    assert_eq!(
+        job.metadata.annotations.as_ref().unwrap()["qinglong.io/publication-id"],
+        "pub-7"
+    );
+    let labels = job.metadata.labels.as_ref().unwrap();
+    assert_eq!(labels["app.kubernetes.io/name"], "package-executor");
+    assert_eq!(labels["app.kubernetes.io/component"], "snapshot-recovery");
     let spec = job.spec.unwrap();
     assert_eq!(spec.backoff_limit, Some(9));
     let pod = spec.template.spec.unwrap();

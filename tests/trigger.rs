@@ -11,7 +11,7 @@ use http::{Method, Request, Response, StatusCode};
 use k8s_openapi::api::batch::v1::{CronJob, Job, JobCondition, JobStatus};
 use kube::client::Body;
 use kube::{Api, Client};
-use package_executor::k8s::job::{self, JobSettings, PUBLICATION_ANNOTATION};
+use package_executor::k8s::job::{self, PUBLICATION_ANNOTATION};
 use package_executor::k8s::trigger::{TriggerOptions, trigger};
 
 type Handle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
@@ -23,8 +23,10 @@ fn setup() -> (Api<Job>, Handle) {
     (Api::namespaced(Client::new(service, "ns"), "ns"), handle)
 }
 
+/// The Job `trigger` makes of the chart's recovery template for a publication.
 fn the_job(publication: &str) -> Job {
-    job::build(&JobSettings::new(publication), None, Some("ns"))
+    let cron: CronJob = serde_json::from_value(rendered_recovery_cron_job()).unwrap();
+    job::finalize(job::from_cron_job(&cron).unwrap(), publication, Some("ns"))
 }
 
 fn with_condition(mut j: Job, kind: &str) -> Job {
@@ -143,7 +145,10 @@ async fn creates_the_job() {
     let job = the_job("pub-1");
     let server = tokio::spawn(async move {
         let (body, _, send) = expect(&mut handle, Method::POST, JOBS).await;
-        assert_eq!(body["metadata"]["name"], job::job_name("pub-1"));
+        assert_eq!(
+            body["metadata"]["name"],
+            job::job_name_with("pe-package-executor-recovery", "pub-1")
+        );
         assert_eq!(
             body["metadata"]["annotations"][PUBLICATION_ANNOTATION],
             "pub-1"
@@ -482,7 +487,7 @@ async fn from_cronjob_reads_the_template_and_creates_the_job_of_it() {
     )
     .await
     .unwrap();
-    let job = job::build(&JobSettings::new("pub-9"), Some(template), Some("ns"));
+    let job = job::finalize(template, "pub-9", Some("ns"));
     assert!(
         job.metadata
             .name

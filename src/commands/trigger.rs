@@ -5,37 +5,21 @@ use k8s_openapi::api::batch::v1::{CronJob, Job};
 use kube::Api;
 
 use crate::cli::TriggerArgs;
-use crate::k8s::job::{self, JobSettings};
+use crate::k8s::job;
 use crate::k8s::trigger::{TriggerOptions, trigger as run_trigger};
 use crate::report::exit;
 
-/// The settings of the default Job (used only without a template).
-fn settings_of(args: &TriggerArgs) -> JobSettings {
-    let mut settings = JobSettings::new(&args.publication_id);
-    if let Some(image) = &args.image {
-        settings.image.clone_from(image);
-    }
-    settings.database_secret.clone_from(&args.database_secret);
-    settings.memory_budget = args.memory_budget;
-    settings.shards = args.shards;
-    settings
-}
-
-/// The Job `trigger` would create, from flags and an optional template file.
+/// The Job `trigger` would create from a template file.
 pub fn job_for(args: &TriggerArgs, namespace: Option<&str>) -> anyhow::Result<Job> {
-    let settings = settings_of(args);
-    let template = match &args.job_template {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            let job = job::template_from_yaml(&text).map_err(|e| {
-                anyhow::anyhow!("{}: {e}; give a batch/v1 Job or CronJob", path.display())
-            })?;
-            Some(job)
-        }
-        None => None,
-    };
-    Ok(job::build(&settings, template, namespace))
+    let path = args
+        .job_template
+        .as_ref()
+        .context("a template is required: --from-cronjob NAME or --job-template FILE")?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let template = job::template_from_yaml(&text)
+        .map_err(|e| anyhow::anyhow!("{}: {e}; give a batch/v1 Job or CronJob", path.display()))?;
+    Ok(job::finalize(template, &args.publication_id, namespace))
 }
 
 /// `trigger`.
@@ -63,7 +47,7 @@ pub async fn trigger(args: &TriggerArgs) -> anyhow::Result<i32> {
         Some(name) => {
             let crons: Api<CronJob> = Api::namespaced(client.clone(), &namespace);
             match crate::k8s::trigger::template_from_cluster(&crons, name).await {
-                Ok(template) => job::build(&settings_of(args), Some(template), Some(&namespace)),
+                Ok(template) => job::finalize(template, &args.publication_id, Some(&namespace)),
                 Err(e) => {
                     eprintln!("error: {e}");
                     return Ok(exit::ERROR);

@@ -9,7 +9,7 @@
 //! largest single read still lets that read run, alone, so the bound counts the larger of the
 //! two. The rest is the process itself. The chart's memory limit is this formula at the
 //! chart's values (`pe.memory` in `_helpers.tpl`; `tests/k8s_manifests.rs` holds the two
-//! equal), and so is the limit of a Job `trigger` makes without a template.
+//! equal).
 
 use crate::planner::MAX_SNAPSHOT_BYTES;
 

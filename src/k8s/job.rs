@@ -1,18 +1,11 @@
-//! The recovery Job of contract section 12, built purely from a template (the `jobTemplate` of
-//! the chart's suspended recovery CronJob, or a file) or, without one, from settings.
+//! The recovery Job of contract section 12, built purely from a template: the `jobTemplate`
+//! of the chart's suspended recovery CronJob, or a file. There are no built-in defaults, so
+//! the chart is the one definition of every Job's spec.
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::batch::v1::{
-    CronJob, Job, JobSpec, PodFailurePolicy, PodFailurePolicyOnExitCodesRequirement,
-    PodFailurePolicyOnPodConditionsPattern, PodFailurePolicyRule,
-};
-use k8s_openapi::api::core::v1::{
-    Capabilities, Container, EnvVar, EnvVarSource, ObjectFieldSelector, PodSecurityContext,
-    PodSpec, PodTemplateSpec, ResourceRequirements, SeccompProfile, SecretKeySelector,
-    SecurityContext,
-};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::api::batch::v1::{CronJob, Job, JobSpec};
+use k8s_openapi::api::core::v1::PodSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use sha2::{Digest as _, Sha256};
 
@@ -22,77 +15,8 @@ pub const NAME_LABEL: &str = "app.kubernetes.io/name";
 pub const COMPONENT_LABEL: &str = "app.kubernetes.io/component";
 /// The annotation that ties a Job to its publication.
 pub const PUBLICATION_ANNOTATION: &str = "qinglong.io/publication-id";
-/// Container name (also used by the pod failure policy).
-pub const CONTAINER: &str = "executor";
-/// Retries of a pod (of each index, in Indexed mode).
-pub const BACKOFF_LIMIT: i32 = 3;
-/// Exit codes after which retrying cannot help: error, usage, integrity, rejected.
-pub const FAIL_FAST_EXIT_CODES: [i32; 4] = [1, 2, 5, 6];
 
-/// What the default Job is built from.
-#[derive(Clone, Debug)]
-pub struct JobSettings {
-    /// The publication that made recovery necessary.
-    pub publication_id: String,
-    /// Container image.
-    pub image: String,
-    /// Secret holding the database URLs (key `executor-url`).
-    pub database_secret: String,
-    /// Service account (Events on its Job).
-    pub service_account: String,
-    /// `--memory-budget` of the run, in bytes.
-    pub memory_budget: u64,
-    /// Each attempt's time (the Job-wide `activeDeadlineSeconds` is
-    /// [`JobSettings::job_deadline_seconds`]).
-    pub active_deadline_seconds: i64,
-    /// `terminationGracePeriodSeconds`.
-    pub termination_grace_seconds: i64,
-    /// Indexed completion mode with this many shards.
-    pub shards: Option<i32>,
-}
-
-impl JobSettings {
-    /// Defaults for a publication.
-    pub fn new(publication_id: impl Into<String>) -> Self {
-        Self {
-            publication_id: publication_id.into(),
-            image: format!("package-executor:{}", env!("CARGO_PKG_VERSION")),
-            database_secret: "package-executor-db".into(),
-            service_account: "package-executor".into(),
-            memory_budget: 96 * 1024 * 1024,
-            active_deadline_seconds: 1800,
-            termination_grace_seconds: 30,
-            shards: None,
-        }
-    }
-
-    /// The run's `--deadline`: below `activeDeadlineSeconds` minus the grace period, with a
-    /// minute to spare, so the summary is always written before Kubernetes kills the pod.
-    pub fn run_deadline_seconds(&self) -> i64 {
-        (self.active_deadline_seconds - self.termination_grace_seconds - 60).max(60)
-    }
-
-    /// The Job-wide `activeDeadlineSeconds`: it counts across all of a Job's pods, so it
-    /// leaves every attempt (the first and [`BACKOFF_LIMIT`] retries) its full
-    /// [`active_deadline_seconds`](Self::active_deadline_seconds), plus Kubernetes' delay before
-    /// each retry (at most 6 minutes). Before, a run that reached its deadline left its retry
-    /// about 80 seconds.
-    pub fn job_deadline_seconds(&self) -> i64 {
-        let retries = i64::from(BACKOFF_LIMIT);
-        (retries + 1) * self.active_deadline_seconds + retries * 360
-    }
-
-    /// Memory limit: the bound docs/contract.md states for this budget at the run's default
-    /// concurrency (the Job's run sets no other), as the chart's is.
-    pub fn memory_limit_bytes(&self) -> u64 {
-        crate::coordinator::memory_bound(
-            self.memory_budget,
-            crate::coordinator::RunSettings::default().concurrency,
-        )
-    }
-}
-
-/// The name prefix of Jobs made without a named template.
+/// The name prefix of a Job made of a template file that has no name.
 pub const DEFAULT_PREFIX: &str = "package-executor";
 
 /// `package-executor-<first 12 hex digits of sha256(ID)>`.
@@ -199,161 +123,7 @@ pub fn template_from_yaml(text: &str) -> Result<Job, String> {
     }
 }
 
-fn env(name: &str, value: impl Into<String>) -> EnvVar {
-    EnvVar {
-        name: name.into(),
-        value: Some(value.into()),
-        ..EnvVar::default()
-    }
-}
-
-fn field_env(name: &str, path: &str) -> EnvVar {
-    EnvVar {
-        name: name.into(),
-        value_from: Some(EnvVarSource {
-            field_ref: Some(ObjectFieldSelector {
-                field_path: path.into(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        ..EnvVar::default()
-    }
-}
-
-/// The default Job spec (before name, labels and annotation are applied).
-pub fn default_job(s: &JobSettings) -> Job {
-    let mut env_vars = vec![
-        EnvVar {
-            name: "DATABASE_URL".into(),
-            value_from: Some(EnvVarSource {
-                secret_key_ref: Some(SecretKeySelector {
-                    name: s.database_secret.clone(),
-                    key: "executor-url".into(),
-                    optional: Some(false),
-                }),
-                ..Default::default()
-            }),
-            ..EnvVar::default()
-        },
-        env("PACKAGE_EXECUTOR_LOG_FORMAT", "json"),
-        env(
-            "PACKAGE_EXECUTOR_DEADLINE",
-            format!("{}s", s.run_deadline_seconds()),
-        ),
-        env(
-            "PACKAGE_EXECUTOR_MEMORY_BUDGET",
-            s.memory_budget.to_string(),
-        ),
-        field_env(
-            "PACKAGE_EXECUTOR_JOB_NAME",
-            "metadata.labels['batch.kubernetes.io/job-name']",
-        ),
-        field_env("PACKAGE_EXECUTOR_POD_NAMESPACE", "metadata.namespace"),
-    ];
-    if let Some(n) = s.shards {
-        env_vars.push(env("PACKAGE_EXECUTOR_SHARD_COUNT", n.to_string()));
-    }
-    let limit = Quantity(format!(
-        "{}Mi",
-        s.memory_limit_bytes().div_ceil(1024 * 1024)
-    ));
-    let container = Container {
-        name: CONTAINER.into(),
-        image: Some(s.image.clone()),
-        args: Some(vec!["run".into()]),
-        env: Some(env_vars),
-        resources: Some(ResourceRequirements {
-            requests: Some(BTreeMap::from([
-                ("cpu".to_owned(), Quantity("250m".into())),
-                ("memory".to_owned(), limit.clone()),
-            ])),
-            limits: Some(BTreeMap::from([("memory".to_owned(), limit)])),
-            ..Default::default()
-        }),
-        security_context: Some(SecurityContext {
-            allow_privilege_escalation: Some(false),
-            read_only_root_filesystem: Some(true),
-            run_as_non_root: Some(true),
-            capabilities: Some(Capabilities {
-                drop: Some(vec!["ALL".into()]),
-                add: None,
-            }),
-            ..Default::default()
-        }),
-        termination_message_policy: Some("FallbackToLogsOnError".into()),
-        ..Container::default()
-    };
-    let pod = PodSpec {
-        restart_policy: Some("Never".into()),
-        service_account_name: Some(s.service_account.clone()),
-        termination_grace_period_seconds: Some(s.termination_grace_seconds),
-        security_context: Some(PodSecurityContext {
-            run_as_non_root: Some(true),
-            run_as_user: Some(65532),
-            run_as_group: Some(65532),
-            seccomp_profile: Some(SeccompProfile {
-                type_: "RuntimeDefault".into(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        containers: vec![container],
-        ..PodSpec::default()
-    };
-    let failure_policy = PodFailurePolicy {
-        rules: vec![
-            // Retrying cannot help; in Indexed mode only that shard stops.
-            PodFailurePolicyRule {
-                action: if s.shards.is_some() {
-                    "FailIndex".into()
-                } else {
-                    "FailJob".into()
-                },
-                on_exit_codes: Some(PodFailurePolicyOnExitCodesRequirement {
-                    container_name: Some(CONTAINER.into()),
-                    operator: "In".into(),
-                    values: FAIL_FAST_EXIT_CODES.to_vec(),
-                }),
-                on_pod_conditions: None,
-            },
-            PodFailurePolicyRule {
-                action: "Ignore".into(),
-                on_exit_codes: None,
-                on_pod_conditions: Some(vec![PodFailurePolicyOnPodConditionsPattern {
-                    type_: "DisruptionTarget".into(),
-                    status: "True".into(),
-                }]),
-            },
-        ],
-    };
-    let mut spec = JobSpec {
-        active_deadline_seconds: Some(s.job_deadline_seconds()),
-        ttl_seconds_after_finished: Some(86_400),
-        pod_failure_policy: Some(failure_policy),
-        template: PodTemplateSpec {
-            metadata: None,
-            spec: Some(pod),
-        },
-        ..JobSpec::default()
-    };
-    match s.shards {
-        Some(n) => {
-            spec.completion_mode = Some("Indexed".into());
-            spec.completions = Some(n);
-            spec.parallelism = Some(n);
-            spec.backoff_limit_per_index = Some(BACKOFF_LIMIT);
-        }
-        None => spec.backoff_limit = Some(BACKOFF_LIMIT),
-    }
-    Job {
-        metadata: ObjectMeta::default(),
-        spec: Some(spec),
-        status: None,
-    }
-}
-
-/// Applies the name, labels and annotation to a Job (default or template), keeping
+/// Applies the name, labels and annotation to the template's Job, keeping
 /// `restartPolicy: Never`.
 pub fn finalize(mut job: Job, publication_id: &str, namespace: Option<&str>) -> Job {
     let prefix = job.metadata.name.as_deref().unwrap_or(DEFAULT_PREFIX);
@@ -375,12 +145,6 @@ pub fn finalize(mut job: Job, publication_id: &str, namespace: Option<&str>) -> 
     pod.restart_policy = Some("Never".into());
     job.status = None;
     job
-}
-
-/// The Job to create: the template's spec as given, or the defaults.
-pub fn build(settings: &JobSettings, template: Option<Job>, namespace: Option<&str>) -> Job {
-    let base = template.unwrap_or_else(|| default_job(settings));
-    finalize(base, &settings.publication_id, namespace)
 }
 
 #[cfg(test)]
@@ -425,13 +189,22 @@ mod tests {
     }
 
     #[test]
-    fn names_and_deadlines() {
-        let name = job_name("pub-1");
-        assert_eq!(name.len(), "package-executor-".len() + 12);
-        let s = JobSettings::new("pub-1");
-        assert!(s.run_deadline_seconds() < s.active_deadline_seconds - s.termination_grace_seconds);
-        let job = build(&s, None, Some("ns"));
-        let spec = job.spec.as_ref().map(|s| s.backoff_limit);
-        assert_eq!(spec, Some(Some(3)));
+    fn an_indexed_jobs_last_pod_is_a_dns_label() {
+        let yaml = "apiVersion: batch/v1\nkind: Job\nmetadata: {name: NAME}\nspec:\n  \
+                    completionMode: Indexed\n  completions: 100\n  template:\n    spec:\n      \
+                    containers: [{name: executor, image: img}]\n";
+        let job = finalize(
+            template_from_yaml(&yaml.replace("NAME", &"r".repeat(60))).unwrap(),
+            "pub-1",
+            None,
+        );
+        let name = job.metadata.name.unwrap();
+        assert_eq!(format!("{name}-99").len(), 63, "{name}");
+        let job = finalize(
+            template_from_yaml(&yaml.replace("NAME", "pe")).unwrap(),
+            "pub-1",
+            None,
+        );
+        assert_eq!(job.metadata.name, Some(job_name_with("pe", "pub-1")));
     }
 }
