@@ -941,13 +941,22 @@ fn a_password_with_quote_at_slash_and_percent_renders_a_working_url() {
         assert_eq!(decoded, password, "{key}: {url}");
         assert!(url.host_str().unwrap().ends_with("-postgresql"), "{url}");
     }
-    let init = find(&all, "ConfigMap", "postgresql-init");
-    let sql = init["data"]["01-roles.sql"].as_str().unwrap();
+    // The development database's own Secret: its password and its init script, which holds the
+    // executor login's password (never a ConfigMap, never a plain value in the pod spec).
+    assert!(!all.iter().any(|d| d["kind"] == "ConfigMap"));
+    let pg_secret = find(&all, "Secret", "-postgresql");
+    let sql = pg_secret["stringData"]["01-roles.sql"].as_str().unwrap();
     assert!(sql.contains("PASSWORD 'it''s@a/100%'"), "{sql}");
+    assert_eq!(pg_secret["stringData"]["password"], password);
     let pg = find(&all, "StatefulSet", "postgresql");
+    let pod = &pg["spec"]["template"]["spec"];
+    let env = &pod["containers"][0]["env"][0];
+    assert!(env["value"].is_null(), "{env}");
+    assert_eq!(env["valueFrom"]["secretKeyRef"]["key"], "password");
+    assert_eq!(pod["automountServiceAccountToken"], false);
     assert_eq!(
-        pg["spec"]["template"]["spec"]["containers"][0]["env"][0]["value"],
-        password
+        pg["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"],
+        "postgresql"
     );
 }
 
@@ -1371,4 +1380,104 @@ fn the_migration_runs_with_the_new_objects_before_the_recovery_job() {
     let mut broken = Vec::new();
     k8s_rules::hook_ordering(&d, &mut broken);
     assert!(broken.is_empty(), "{broken:#?}");
+}
+
+/// The conventions a platform review expects: one dashboard uid per release, dashboard labels
+/// that may be empty, `app.kubernetes.io/*` labels on the sweep's Jobs, an image pinned by
+/// digest when given, a chart version with build metadata (`+`) still a valid label, and no
+/// API token in pods that call no API (the migration, the development database).
+#[test]
+fn the_charts_conventions_hold() {
+    let dashboard_uid = |release: &str| {
+        let d = docs(&run_helm(&[
+            "template",
+            release,
+            "charts/package-executor",
+            "--set",
+            "metrics.dashboard.enabled=true",
+        ]));
+        let cm = find(&d, "ConfigMap", "dashboard");
+        let json: Value =
+            serde_json::from_str(cm["data"]["package-executor.json"].as_str().unwrap()).unwrap();
+        json["uid"].as_str().unwrap().to_owned()
+    };
+    let (a, b) = (dashboard_uid("alpha"), dashboard_uid("beta"));
+    assert_ne!(a, b, "two releases, two dashboards");
+    assert!(a.len() <= 40, "Grafana's uid limit: {a}");
+    validate(
+        "empty dashboard labels",
+        &run_helm(&[
+            "template",
+            "pe",
+            "charts/package-executor",
+            "--kube-version",
+            KUBE_VERSION,
+            "--set",
+            "metrics.dashboard.enabled=true",
+            "--set",
+            "metrics.dashboard.labels=null",
+        ]),
+    );
+
+    let digest = format!("sha256:{}", "ab".repeat(32));
+    let yaml = run_helm(&[
+        "template",
+        "pe",
+        "charts/package-executor",
+        "--set",
+        "sweep.enabled=true",
+        "--set",
+        "postgresql.enabled=true",
+        "--set",
+        &format!("image.digest={digest}"),
+    ]);
+    let d = docs(&yaml);
+    let sweep = find(&d, "CronJob", "sweep");
+    let labels = &sweep["spec"]["jobTemplate"]["metadata"]["labels"];
+    assert_eq!(labels["app.kubernetes.io/name"], "package-executor");
+    assert_eq!(labels["app.kubernetes.io/component"], "sweep");
+    let images: Vec<String> = yaml
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("image: "))
+        .map(|i| i.trim_matches('"').to_owned())
+        .filter(|i| i.starts_with("package-executor"))
+        .collect();
+    assert!(!images.is_empty());
+    for image in images {
+        assert_eq!(image, format!("package-executor:0.1.0@{digest}"));
+    }
+    let migrate = find(&d, "Job", "-migrate");
+    assert_eq!(
+        migrate["spec"]["template"]["spec"]["automountServiceAccountToken"],
+        false
+    );
+
+    // A version with build metadata: `+` is not allowed in a label value.
+    let dir = tempfile::tempdir().unwrap();
+    let chart = dir.path().join("package-executor");
+    copy_dir(&root().join("charts/package-executor"), &chart);
+    let meta = std::fs::read_to_string(chart.join("Chart.yaml")).unwrap();
+    let meta: String = meta
+        .lines()
+        .map(|l| {
+            if l.starts_with("version:") {
+                "version: 0.1.0+build.7".to_owned()
+            } else {
+                l.to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    std::fs::write(chart.join("Chart.yaml"), meta).unwrap();
+    let yaml = run_helm(&[
+        "template",
+        "pe",
+        chart.to_str().unwrap(),
+        "--kube-version",
+        KUBE_VERSION,
+        "--set",
+        "postgresql.enabled=true",
+    ]);
+    validate("build metadata", &yaml);
+    assert!(yaml.contains("helm.sh/chart: package-executor-0.1.0_build.7"));
 }

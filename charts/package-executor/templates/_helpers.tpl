@@ -18,7 +18,7 @@ app.kubernetes.io/name: package-executor
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
-helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+helm.sh/chart: {{ include "pe.chartLabel" . }}
 {{- end -}}
 
 {{- define "pe.selector" -}}
@@ -75,8 +75,11 @@ serviceAccount.triggerName, else the run pods' account. */}}
 {{- end -}}
 {{- end -}}
 
+{{/* The image: `repository:tag`, pinned by `@digest` when image.digest is given (the digest
+alone decides what runs; the tag stays for people reading the pod). */}}
 {{- define "pe.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- with .Values.image.digest }}@{{ . }}{{ end -}}
 {{- end -}}
 
 {{- define "pe.publication" -}}
@@ -355,4 +358,21 @@ address, and NOTES says so. */}}
 {{- end -}}
 {{- end -}}
 {{- $cidrs | default list | toJson -}}
+{{- end -}}
+
+{{/* The development PostgreSQL's labels: its own name, part of this release, so a policy can
+select it (and the executor's NetworkPolicy, which selects package-executor pods, does not). */}}
+{{- define "pe.postgresqlLabels" -}}
+app.kubernetes.io/name: postgresql
+app.kubernetes.io/part-of: package-executor
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/component: postgresql
+helm.sh/chart: {{ include "pe.chartLabel" . }}
+{{- end -}}
+
+{{/* `<chart>-<version>` as a label value: `+` (SemVer build metadata) is not allowed in one. */}}
+{{- define "pe.chartLabel" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
