@@ -367,7 +367,8 @@ fn chart_lints_validates_and_parses() {
     assert_eq!(
         trigger_role["rules"],
         serde_json::json!([
-            {"apiGroups": ["batch"], "resources": ["cronjobs"], "verbs": ["get"]},
+            {"apiGroups": ["batch"], "resources": ["cronjobs"],
+             "resourceNames": ["pe-package-executor-recovery"], "verbs": ["get"]},
             {"apiGroups": ["batch"], "resources": ["jobs"],
              "verbs": ["create", "delete", "get", "list", "watch"]}
         ])
@@ -1377,6 +1378,16 @@ fn the_migration_runs_with_the_new_objects_before_the_recovery_job() {
     assert_eq!(migrate, "post-install,post-upgrade");
     assert_eq!(release, "post-install,post-upgrade");
     assert!(migrate_weight < release_weight);
+    // Neither retries what a retry cannot heal: a configuration (1) or usage (2) error.
+    for part in ["-migrate", "-release-"] {
+        let rules = &find(&d, "Job", part)["spec"]["podFailurePolicy"]["rules"];
+        assert_eq!(rules[0]["action"], "FailJob", "{part}");
+        assert_eq!(
+            rules[0]["onExitCodes"]["values"],
+            serde_json::json!([1, 2]),
+            "{part}"
+        );
+    }
     let mut broken = Vec::new();
     k8s_rules::hook_ordering(&d, &mut broken);
     assert!(broken.is_empty(), "{broken:#?}");

@@ -210,7 +210,8 @@ async fn failed_job_is_replaced_only_with_replace_failed() {
     let (api, mut handle) = setup();
     let job = the_job("pub-4");
     let name = job.metadata.name.clone().unwrap();
-    let failed = with_condition(job.clone(), "Failed");
+    let mut failed = with_condition(job.clone(), "Failed");
+    failed.metadata.uid = Some("uid-failed".into());
     let server = {
         let (name, failed) = (name.clone(), failed.clone());
         tokio::spawn(async move {
@@ -239,6 +240,8 @@ async fn failed_job_is_replaced_only_with_replace_failed() {
         send.send_response(json(StatusCode::OK, &failed));
         let (body, _, send) = expect(&mut handle, Method::DELETE, &format!("{JOBS}/{name}")).await;
         assert_eq!(body["propagationPolicy"], "Background");
+        // Only the Job seen failed: its uid is the delete's precondition.
+        assert_eq!(body["preconditions"]["uid"], "uid-failed", "{body}");
         let mut deleting = failed.clone();
         deleting.metadata.uid = Some("uid-1".into());
         send.send_response(json(StatusCode::OK, &deleting));
@@ -510,12 +513,39 @@ fn the_charts_trigger_role_grants_exactly_what_trigger_uses() {
     wait_ends_complete_with_0();
     from_cronjob_reads_the_template_and_creates_the_job_of_it();
     let used = USED.lock().unwrap().clone();
+    assert_eq!(
+        granted(&["--set", "rbac.triggerInCluster=true"]),
+        used,
+        "the trigger Role (in-cluster trigger) against the calls trigger makes"
+    );
+    // The release hook alone: read its template, create the Job, read it back after a
+    // conflict; nothing else.
+    let hook: std::collections::BTreeSet<(String, String)> =
+        [("cronjobs", "get"), ("jobs", "create"), ("jobs", "get")]
+            .iter()
+            .map(|(r, v)| ((*r).to_owned(), (*v).to_owned()))
+            .collect();
+    assert_eq!(granted(&[]), hook);
+    assert!(hook.is_subset(&used));
+}
+
+/// The (resource, verb) pairs the chart's trigger Role grants, with these values; its
+/// CronJob rule names the recovery template alone.
+fn granted(values: &[&str]) -> std::collections::BTreeSet<(String, String)> {
+    let mut args = vec!["--show-only", "templates/rbac.yaml"];
+    args.extend(values);
     let mut granted = std::collections::BTreeSet::new();
-    for role in rendered(&["--show-only", "templates/rbac.yaml"]) {
+    for role in rendered(&args) {
         if role["kind"] != "Role" || role["metadata"]["name"] != "pe-package-executor-trigger" {
             continue;
         }
         for rule in role["rules"].as_array().unwrap() {
+            if rule["resources"][0] == "cronjobs" {
+                assert_eq!(
+                    rule["resourceNames"],
+                    serde_json::json!(["pe-package-executor-recovery"])
+                );
+            }
             for resource in rule["resources"].as_array().unwrap() {
                 for verb in rule["verbs"].as_array().unwrap() {
                     granted.insert((
@@ -526,8 +556,5 @@ fn the_charts_trigger_role_grants_exactly_what_trigger_uses() {
             }
         }
     }
-    assert_eq!(
-        granted, used,
-        "the trigger Role against the calls trigger makes"
-    );
+    granted
 }

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::{CronJob, Job};
-use kube::api::{Api, DeleteParams, PostParams, PropagationPolicy};
+use kube::api::{Api, DeleteParams, PostParams, Preconditions, PropagationPolicy};
 use kube::runtime::wait::{self, await_condition, delete::delete_and_finalize};
 
 use super::job::PUBLICATION_ANNOTATION;
@@ -145,8 +145,14 @@ async fn trigger_inner(
                 }
                 if state(&existing) == JobState::Failed && opts.replace_failed {
                     tracing::warn!(job = %name, "the existing Job failed: deleting it to run again");
+                    // Only the Job seen failed (its uid as a precondition): one that another
+                    // trigger has meanwhile replaced is left alone (409) and attached to.
                     let dp = DeleteParams {
                         propagation_policy: Some(PropagationPolicy::Background),
+                        preconditions: Some(Preconditions {
+                            uid: existing.metadata.uid.clone(),
+                            resource_version: None,
+                        }),
                         ..DeleteParams::default()
                     };
                     // Deletes and waits until it is gone (finalizers included) before creating
@@ -154,7 +160,7 @@ async fn trigger_inner(
                     match delete_and_finalize(api.clone(), &name, &dp).await {
                         Ok(()) => {}
                         Err(wait::delete::Error::Delete(kube::Error::Api(s)))
-                            if s.is_not_found() => {}
+                            if s.is_not_found() || s.code == 409 => {}
                         Err(e) => return Err(e.into()),
                     }
                     continue;
