@@ -902,12 +902,44 @@ fn the_values_schema_refuses_unknown_keys_and_wrong_types() {
         ),
         ("run.shards=two", "Expected: integer"),
         ("database.tls.sslmode=verify_full", "database.tls.sslmode"),
+        // Kubernetes' own objects, field by field: a typo is an error, not a silent no-op.
+        (
+            "securityContext.runAsNonroot=true",
+            "Additional property runAsNonroot is not allowed",
+        ),
+        ("podSecurityContext.runAsUser=abc", "Expected: integer"),
+        ("resources.requests.cpu=lots", "resources.requests.cpu"),
+        (
+            "migration.resources.limit.memory=1Gi",
+            "Additional property limit is not allowed",
+        ),
+        (
+            "affinity.nodeAfinity.x=1",
+            "Additional property nodeAfinity is not allowed",
+        ),
+        ("tolerations[0].operator=Maybe", "tolerations.0.operator"),
+        // Values that contradict each other.
+        ("database.create=true", "Must validate \"then\""),
+        ("database.existingSecret=", "Must validate \"then\""),
+        (
+            "sweep.enabled=true,sweep.schedule=",
+            "Must validate \"then\"",
+        ),
     ] {
         let out = helm::template_output(&["--set", set]);
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{set} was accepted");
         assert!(err.contains(says), "{set}: {err}");
     }
+    // Both make the database Secret.
+    let out = helm::template_output(&[
+        "--set",
+        "postgresql.enabled=true,database.create=true,database.migrateUrl=a,database.executorUrl=b",
+    ]);
+    assert!(
+        !out.status.success(),
+        "postgresql.enabled with database.create was accepted"
+    );
 }
 
 /// The development PostgreSQL's password reaches a URL (percent-encoded), SQL (quotes doubled)
