@@ -224,8 +224,20 @@ fn assert_run_job(spec: &JobSpec, memory: &str) {
     );
 }
 
+/// `helm ARGS`. Every render (`helm template`) of this file is checked against the rules a
+/// schema cannot state (`support/k8s_rules.rs`): names and what the controllers derive from
+/// them, hooks, and the Job `trigger` makes of its recovery template. (The accounts rule needs
+/// to know which accounts the values say exist elsewhere: `validate` and the accounts test
+/// check it.)
 fn run_helm(args: &[&str]) -> String {
-    run(Command::new(tool("helm")).args(args).current_dir(root()))
+    let out = run(Command::new(tool("helm")).args(args).current_dir(root()));
+    if args.first() == Some(&"template") {
+        let d = docs(&out);
+        let mut broken = k8s_rules::check_shape(&d);
+        broken.extend(triggered_rules(&d));
+        assert!(broken.is_empty(), "helm {args:?}: {broken:#?}");
+    }
+    out
 }
 
 const ALL_ON: [&str; 16] = [
@@ -1127,6 +1139,23 @@ fn long_release_names_and_many_shards_meet_the_api_servers_rules() {
         let rendered = run_helm(&args);
         validate(&format!("53-character release, {shards}"), &rendered);
         let d = docs(&rendered);
+        // `trigger --dry-run` of the recovery template as a file: its Job meets the rules
+        // (`dry_run` checks them) and its last pod's hostname is a DNS label.
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("recovery.yaml");
+        std::fs::write(
+            &file,
+            serde_norway::to_string(find(&d, "CronJob", "recovery")).unwrap(),
+        )
+        .unwrap();
+        let job = dry_run(&["--job-template", file.to_str().unwrap()]);
+        let spec = job.spec.unwrap();
+        let host = format!(
+            "{}-{}",
+            job.metadata.name.unwrap(),
+            spec.completions.unwrap() - 1
+        );
+        assert!(k8s_rules::is_dns_label(&host), "{host}");
         let sweep = find(&d, "CronJob", "sweep");
         let host = format!(
             "{}{}-{}",

@@ -298,6 +298,14 @@ pub fn hook_ordering(docs: &[Value], out: &mut Broken) {
 /// Every rule over one render: names and labels of every object, every Job and CronJob, the
 /// ServiceAccounts its pods name, its hooks.
 pub fn check_render(docs: &[Value], external_accounts: &[&str]) -> Broken {
+    let mut out = check_shape(docs);
+    service_accounts(docs, external_accounts, &mut out);
+    out
+}
+
+/// The rules that need nothing but the render: names and labels of every object, every Job and
+/// CronJob, its hooks.
+pub fn check_shape(docs: &[Value]) -> Broken {
     let mut out = Vec::new();
     for d in docs {
         let kind = d["kind"].as_str().unwrap_or("?");
@@ -313,7 +321,6 @@ pub fn check_render(docs: &[Value], external_accounts: &[&str]) -> Broken {
             _ => {}
         }
     }
-    service_accounts(docs, external_accounts, &mut out);
     hook_deadlines(docs, &mut out);
     hook_ordering(docs, &mut out);
     out
