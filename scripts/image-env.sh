@@ -36,4 +36,25 @@ image_tools_install() {
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
   fi
+  # The mount point image_isolated binds over, made with the packages (before the test command
+  # looks at /var/lib), empty and never written.
+  if [ "$(id -u)" = 0 ]; then
+    mkdir -p /var/lib/containers
+  fi
+}
+
+# Runs a command with /var/lib/containers bound to $IMAGE_TOOLS/var-lib-containers in a mount
+# namespace of its own. Rootful podman keeps its blob-info cache at /var/lib/containers/cache,
+# hardwired in containers/image (pkg/blobinfocache) and moved by no configuration file, so this
+# is how the image build and test leave /var/lib as it was (and keep that cache with the rest
+# under .tools/containers). Rootless podman keeps it under $HOME, and runs the command as is.
+image_isolated() {
+  if [ "$(id -u)" = 0 ] && [ -d /var/lib/containers ]; then
+    mkdir -p "$IMAGE_TOOLS/var-lib-containers"
+    unshare --mount --propagation private -- \
+      bash -c 'mount --bind "$1" /var/lib/containers && shift && exec "$@"' _ \
+      "$IMAGE_TOOLS/var-lib-containers" "$@"
+  else
+    "$@"
+  fi
 }

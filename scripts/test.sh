@@ -182,10 +182,12 @@ if [ "${PE_SKIP_IMAGE:-0}" = 1 ]; then
 else
   echo "== the container image (podman)"
   image_started=$SECONDS
-  PE_IMAGE=$(./scripts/image-build.sh)
+  # In a mount namespace that keeps podman's blob-info cache out of /var/lib (image-env.sh).
+  source scripts/image-env.sh
+  PE_IMAGE=$(image_isolated ./scripts/image-build.sh)
   echo "built $PE_IMAGE in $((SECONDS - image_started)) s"
   PE_IMAGE="$PE_IMAGE" PE_PG_BINDIR="$PG_SYS_BINDIR" PE_PG_MAJOR="$PG_SYS_MAJOR" \
-    cargo test --locked --test image -- --ignored --nocapture --test-threads=1
+    image_isolated cargo test --locked --test image -- --ignored --nocapture --test-threads=1
   echo "== the image build and test took $((SECONDS - image_started)) s"
 fi
 varlib_check
