@@ -73,10 +73,9 @@ fn triggered_rules(d: &[Value]) -> Vec<String> {
     }) else {
         return Vec::new();
     };
-    let mut cron: CronJob = serde_json::from_value(cron.clone()).unwrap();
-    cron.metadata.uid = Some("3f1c2a9e-0000-4000-8000-000000000001".into());
-    let job = package_executor::k8s::job::finalize(
-        package_executor::k8s::job::from_cron_job(&cron).unwrap(),
+    let job = triggered_job(
+        cron,
+        Some("3f1c2a9e-0000-4000-8000-000000000001"),
         "a-publication-with-a-long-name-1234567890",
         Some("ns"),
     );
@@ -87,6 +86,36 @@ fn triggered_rules(d: &[Value]) -> Vec<String> {
         .unwrap_or("default")
         .to_owned();
     k8s_rules::check_triggered(&serde_json::to_value(&job).unwrap(), d, &account)
+}
+
+/// The Job `trigger --from-cronjob` makes of a rendered recovery CronJob, as the cluster returns
+/// it (with `uid`, when given).
+fn triggered_job(
+    cron: &Value,
+    uid: Option<&str>,
+    publication: &str,
+    namespace: Option<&str>,
+) -> Job {
+    let mut cron: CronJob = serde_json::from_value(cron.clone()).unwrap();
+    cron.metadata.uid = uid.map(str::to_owned);
+    package_executor::k8s::job::finalize(
+        package_executor::k8s::job::from_cron_job(&cron).unwrap(),
+        publication,
+        namespace,
+    )
+}
+
+/// `helm template pe charts/package-executor --kube-version KUBE_VERSION VALUES`.
+fn render(values: &[&str]) -> String {
+    let mut args = vec![
+        "template",
+        "pe",
+        "charts/package-executor",
+        "--kube-version",
+        KUBE_VERSION,
+    ];
+    args.extend(values);
+    run_helm(&args)
 }
 
 fn validate_schema(label: &str, yaml: &str) {
@@ -1205,15 +1234,7 @@ fn every_account_a_pod_names_exists() {
         ),
     ];
     for (values, external) in cases {
-        let mut args = vec![
-            "template",
-            "pe",
-            "charts/package-executor",
-            "--kube-version",
-            KUBE_VERSION,
-        ];
-        args.extend(values);
-        let rendered = run_helm(&args);
+        let rendered = render(values);
         validate_schema("accounts", &rendered);
         let broken = k8s_rules::check_render(&docs(&rendered), external);
         assert!(broken.is_empty(), "{values:?}: {broken:#?}");
@@ -1276,18 +1297,11 @@ fn copy_dir(from: &Path, to: &Path) {
 #[test]
 fn two_publications_get_two_jobs_the_cronjob_leaves_alone() {
     let rendered = docs(&run_helm(&["template", "pe", "charts/package-executor"]));
-    let mut cron: CronJob =
-        serde_json::from_value(find(&rendered, "CronJob", "recovery").clone()).unwrap();
-    cron.metadata.uid = Some("3f1c2a9e-0000-4000-8000-000000000002".into());
+    let cron = find(&rendered, "CronJob", "recovery");
+    let uid = Some("3f1c2a9e-0000-4000-8000-000000000002");
     let jobs: Vec<Job> = ["release-7", "release-8"]
         .iter()
-        .map(|p| {
-            package_executor::k8s::job::finalize(
-                package_executor::k8s::job::from_cron_job(&cron).unwrap(),
-                p,
-                Some("ns"),
-            )
-        })
+        .map(|p| triggered_job(cron, uid, p, Some("ns")))
         .collect();
     assert_ne!(jobs[0].metadata.name, jobs[1].metadata.name);
     for job in &jobs {
@@ -1333,15 +1347,7 @@ fn notes(values: &[&str]) -> String {
 #[test]
 fn the_network_policy_and_notes_hold_on_common_clusters() {
     let policy = |values: &[&str]| {
-        let mut args = vec![
-            "template",
-            "pe",
-            "charts/package-executor",
-            "--kube-version",
-            KUBE_VERSION,
-        ];
-        args.extend(values);
-        let yaml = run_helm(&args);
+        let yaml = render(values);
         validate("network policy", &yaml);
         find(&docs(&yaml), "NetworkPolicy", "").clone()
     };
@@ -1399,13 +1405,7 @@ fn the_network_policy_and_notes_hold_on_common_clusters() {
             "--set",
             &set,
         ]));
-        let cron: CronJob =
-            serde_json::from_value(find(&d, "CronJob", "recovery").clone()).unwrap();
-        let job = package_executor::k8s::job::finalize(
-            package_executor::k8s::job::from_cron_job(&cron).unwrap(),
-            "release-1",
-            None,
-        );
+        let job = triggered_job(find(&d, "CronJob", "recovery"), None, "release-1", None);
         let name = job.metadata.name.unwrap();
         let text = notes(&["--set", &set]);
         assert!(

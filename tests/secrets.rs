@@ -22,13 +22,18 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 /// The planted password: the login's real one, so a good run really logs in with it.
 const SECRET: &str = "hunter2sekrit9Q";
 
-/// A stand-in for the API server's Event endpoint: records every request body and answers it
-/// back as the created object (what the executor needs from `POST .../events`).
-async fn event_sink() -> (u16, Arc<Mutex<Vec<String>>>) {
+/// One HTTP/1.1 request as a sink saw it: its head and its body.
+struct Seen {
+    head: String,
+    body: String,
+}
+
+/// A loopback HTTP/1.1 server that records every request and answers it with `reply(body)`.
+async fn sink(reply: fn(&[u8]) -> Vec<u8>) -> (u16, Arc<Mutex<Vec<Seen>>>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    let bodies = Arc::new(Mutex::new(Vec::new()));
-    let seen = Arc::clone(&bodies);
+    let requests = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&requests);
     tokio::spawn(async move {
         loop {
             let Ok((mut conn, _)) = listener.accept().await else {
@@ -47,8 +52,9 @@ async fn event_sink() -> (u16, Arc<Mutex<Vec<String>>>) {
                     let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
                         continue;
                     };
-                    let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+                    let head = String::from_utf8_lossy(&buf[..end]).into_owned();
                     let length: usize = head
+                        .to_ascii_lowercase()
                         .lines()
                         .find_map(|l| l.strip_prefix("content-length:"))
                         .map_or(0, |v| v.trim().parse().unwrap());
@@ -57,20 +63,35 @@ async fn event_sink() -> (u16, Arc<Mutex<Vec<String>>>) {
                     }
                     let body = buf[end + 4..end + 4 + length].to_vec();
                     buf.drain(..end + 4 + length);
-                    seen.lock()
-                        .unwrap()
-                        .push(String::from_utf8_lossy(&body).into_owned());
-                    let reply = format!(
-                        "HTTP/1.1 201 Created\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
-                        body.len()
-                    );
-                    conn.write_all(reply.as_bytes()).await.unwrap();
-                    conn.write_all(&body).await.unwrap();
+                    // Recorded before the answer, so a client that has its answer has been seen.
+                    let answer = reply(&body);
+                    seen.lock().unwrap().push(Seen {
+                        head,
+                        body: String::from_utf8_lossy(&body).into_owned(),
+                    });
+                    conn.write_all(&answer).await.unwrap();
                 }
             });
         }
     });
-    (port, bodies)
+    (port, requests)
+}
+
+/// A stand-in for the API server's Event endpoint: answers each request with its body as the
+/// created object (what the executor needs from `POST .../events`).
+fn created(body: &[u8]) -> Vec<u8> {
+    let mut reply = format!(
+        "HTTP/1.1 201 Created\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    reply.extend_from_slice(body);
+    reply
+}
+
+/// An authenticated Pushgateway's answer: 200, no body.
+fn accepted(_: &[u8]) -> Vec<u8> {
+    b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n".to_vec()
 }
 
 /// Where the planted password stands in the URL.
@@ -218,7 +239,7 @@ async fn no_password_reaches_any_output() {
         .parse()
         .unwrap();
 
-    let (api_port, events) = event_sink().await;
+    let (api_port, events) = sink(created).await;
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
     std::fs::write(
@@ -323,7 +344,7 @@ async fn no_password_reaches_any_output() {
     assert_eq!(good_runs, 3, "the good runs logged in with the password");
     let events = events.lock().unwrap();
     assert_eq!(events.len(), run_commands, "every run recorded its Event");
-    for e in events.iter() {
+    for e in events.iter().map(|e| &e.body) {
         assert!(!e.contains(SECRET), "the password is in an Event: {e}");
     }
     println!(
@@ -336,51 +357,6 @@ async fn no_password_reaches_any_output() {
     );
 }
 
-/// An authenticated Pushgateway: records each request's head and answers 200.
-async fn push_sink() -> (u16, Arc<Mutex<Vec<String>>>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let heads = Arc::new(Mutex::new(Vec::new()));
-    let seen = Arc::clone(&heads);
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut conn, _)) = listener.accept().await else {
-                return;
-            };
-            let seen = Arc::clone(&seen);
-            tokio::spawn(async move {
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 4096];
-                loop {
-                    let n = conn.read(&mut chunk).await.unwrap_or(0);
-                    if n == 0 {
-                        return;
-                    }
-                    buf.extend_from_slice(&chunk[..n]);
-                    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
-                        continue;
-                    };
-                    let head = String::from_utf8_lossy(&buf[..end]).into_owned();
-                    let length: usize = head
-                        .to_ascii_lowercase()
-                        .lines()
-                        .find_map(|l| l.strip_prefix("content-length:"))
-                        .map_or(0, |v| v.trim().parse().unwrap());
-                    if buf.len() < end + 4 + length {
-                        continue;
-                    }
-                    buf.drain(..end + 4 + length);
-                    seen.lock().unwrap().push(head);
-                    conn.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
-                        .await
-                        .unwrap();
-                }
-            });
-        }
-    });
-    (port, heads)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_pushgateway_password_is_sent_not_shown() {
     use base64::Engine as _;
@@ -388,7 +364,7 @@ async fn the_pushgateway_password_is_sent_not_shown() {
     let store = db::connect(&url).await;
     db::import(&store, db::DEMO).await;
     store.close().await;
-    let (port, heads) = push_sink().await;
+    let (port, heads) = sink(accepted).await;
     let push_url = format!("http://pusher:{SECRET}@127.0.0.1:{port}");
     let basic = format!(
         "authorization: basic {}",
@@ -423,7 +399,12 @@ async fn the_pushgateway_password_is_sent_not_shown() {
             outputs += 1;
         }
     }
-    let heads = heads.lock().unwrap().clone();
+    let heads: Vec<String> = heads
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|r| r.head.clone())
+        .collect();
     assert!(
         heads.len() >= LOG_FILTERS.len(),
         "every run pushed: {heads:?}"

@@ -394,22 +394,16 @@ impl NumberText {
     /// The number as a JSON value, or why it is not one (beyond the range of a double).
     fn value(&self) -> Result<Number, String> {
         // Short integers (the common case, and most of a hostile array of zeros) are in range
-        // by construction; `-0` is left to serde_json, which reads it as the double -0.0.
-        if self.raw.len() <= 18 && self.raw.last().is_some_and(u8::is_ascii_digit) {
-            if self.raw.iter().all(u8::is_ascii_digit) {
-                if let Some(n) = std::str::from_utf8(&self.raw)
-                    .ok()
-                    .and_then(|t| t.parse::<u64>().ok())
-                {
-                    return Ok(Number::from(n));
-                }
-            } else if let Some(rest) = self.raw.strip_prefix(b"-")
-                && rest != b"0"
-                && rest.iter().all(u8::is_ascii_digit)
-                && let Some(n) = std::str::from_utf8(&self.raw)
-                    .ok()
-                    .and_then(|t| t.parse::<i64>().ok())
-            {
+        // by construction; the scanner has checked the grammar, so a token that parses as an
+        // integer is one. `-0` is left to serde_json, which reads it as the double -0.0.
+        if self.raw.len() <= 18
+            && self.raw != b"-0"
+            && let Ok(t) = std::str::from_utf8(&self.raw)
+        {
+            if let Ok(n) = t.parse::<u64>() {
+                return Ok(Number::from(n));
+            }
+            if let Ok(n) = t.parse::<i64>() {
                 return Ok(Number::from(n));
             }
         }
