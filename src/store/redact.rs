@@ -152,7 +152,6 @@ fn parameters(text: &str, out: &mut Vec<std::ops::Range<usize>>) {
     }
 }
 
-/// `text` with each range (merged where they overlap or touch) replaced by [`MASK`].
 /// sqlx's warning about a parameter it does not know carries the parameter's value.
 const UNRECOGNIZED: &str = "ignoring unrecognized connect parameter";
 
@@ -178,6 +177,7 @@ fn unrecognized_values(text: &str, out: &mut Vec<std::ops::Range<usize>>) {
     }
 }
 
+/// `text` with each range (merged where they overlap or touch) replaced by [`MASK`].
 fn mask(text: &str, mut ranges: Vec<std::ops::Range<usize>>) -> String {
     ranges.sort_by_key(|r| r.start);
     let mut merged: Vec<std::ops::Range<usize>> = Vec::with_capacity(ranges.len());

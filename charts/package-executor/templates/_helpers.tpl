@@ -32,11 +32,17 @@ and an Indexed Job's last pod is `<job>-<shards - 1>`, which the API server requ
 label of at most 63 characters (ValidateJob in pkg/apis/batch/validation): so at most 52 (the
 API's CronJob limit), and 53 minus the last index's digits with shards. */}}
 {{- define "pe.sweepName" -}}
-{{- $limit := 52 -}}
-{{- if gt (int .Values.run.shards) 1 -}}
-{{- $limit = min 52 (sub 53 (len (toString (sub (int .Values.run.shards) 1)))) -}}
+{{- include "pe.name" (list . "sweep" (min 52 (sub 54 (int (include "pe.podSuffixLen" .))))) -}}
 {{- end -}}
-{{- include "pe.name" (list . "sweep" $limit) -}}
+
+{{/* What an Indexed Job's pods add to its name: `-<shards - 1>` with shards, else nothing
+(k8s::job::pod_suffix_len is the same rule for the Jobs trigger makes). */}}
+{{- define "pe.podSuffixLen" -}}
+{{- if gt (int .Values.run.shards) 1 -}}
+{{- add1 (len (toString (sub (int .Values.run.shards) 1))) -}}
+{{- else -}}
+0
+{{- end -}}
 {{- end -}}
 
 {{/* The run pods' account: the chart's own when it makes one, else the one named, else the
