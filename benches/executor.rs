@@ -663,11 +663,28 @@ async fn bench_storage(dir: &std::path::Path) {
         )
         .await;
         let pending_all = time_pending(&store).await;
-        exec(&store, format!(
-            "INSERT INTO ql3.tool_definition_snapshots (project_id, active_vector_digest, definition_digest, snapshot_digest, package_count, definition_count, canonical_json) \
-             SELECT id, {digest}, {digest}, {}, 0, 0, {} FROM ({series}) AS q",
-            if dialect == "postgres" { "'sha256:' || encode(sha256(convert_to(id || 's', 'UTF8')), 'hex')" } else { "printf('sha256:%064x', abs(random()))" },
-            hex_literal(store.dialect(), b"{}"))).await;
+        if dialect == "postgres" {
+            // Whole empty snapshots, as the database checks them (migration 11): the canonical
+            // document of a project without packages, with its three digests.
+            exec(&store, format!(
+                "WITH q AS (
+                   SELECT id, 'sha256:' || encode(sha256(convert_to('{{\"packages\":[],\"projectId\":\"' || id
+                            || '\",\"schema\":\"qinglong/active-vector@v1\"}}', 'UTF8')), 'hex') AS avd,
+                          'sha256:' || encode(sha256(convert_to('{{\"definitions\":[],\"schema\":\"qinglong/tool-definitions@v1\"}}', 'UTF8')), 'hex') AS dd
+                   FROM ({series}) AS s),
+                 d AS (
+                   SELECT id, avd, dd, convert_to('{{\"activeVector\":[],\"activeVectorDigest\":\"' || avd
+                            || '\",\"definitionDigest\":\"' || dd || '\",\"definitions\":[],\"projectId\":\"' || id
+                            || '\",\"schema\":\"qinglong/project-tool-definition-snapshot@v1\"}}', 'UTF8') AS doc
+                   FROM q)
+                 INSERT INTO ql3.tool_definition_snapshots (project_id, active_vector_digest, definition_digest, snapshot_digest, package_count, definition_count, canonical_json)
+                 SELECT id, avd, dd, 'sha256:' || encode(sha256(doc), 'hex'), 0, 0, doc FROM d")).await;
+        } else {
+            exec(&store, format!(
+                "INSERT INTO ql3.tool_definition_snapshots (project_id, active_vector_digest, definition_digest, snapshot_digest, package_count, definition_count, canonical_json) \
+                 SELECT id, {digest}, {digest}, printf('sha256:%064x', abs(random())), 0, 0, {} FROM ({series}) AS q",
+                hex_literal(store.dialect(), b"{}"))).await;
+        }
         if dialect == "postgres" {
             exec(&store, "ANALYZE".into()).await;
         }

@@ -39,6 +39,10 @@ pub enum Unresolved {
     Database,
     /// Another replica held the claim every time.
     ClaimedElsewhere,
+    /// The claim was not this run's, yet at the run's end no executor held it and the project
+    /// was not current: nothing shows that an executor is building it (or it has no claim row,
+    /// so no executor can). Never counted as success.
+    ClaimUnverified,
 }
 
 impl Unresolved {
@@ -49,6 +53,7 @@ impl Unresolved {
             Self::GenerationDrift => "generation-drift",
             Self::Database => "database",
             Self::ClaimedElsewhere => "claimed-elsewhere",
+            Self::ClaimUnverified => "claim-unverified",
         }
     }
 }
@@ -326,7 +331,7 @@ impl RunSummary {
         };
     }
 
-    /// The one-line JSON form (always under 4,096 bytes: maps hold at most 16 + 4 + 1 keys).
+    /// The one-line JSON form (always under 4,096 bytes: maps hold at most 16 + 5 + 1 keys).
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).unwrap_or_else(|_| String::from("{}"))
     }

@@ -15,7 +15,8 @@ use package_executor::store::sql;
 use sqlx::{Acquire, PgConnection};
 
 /// Tables a per-project statement must never scan.
-const KEYED: [&str; 4] = [
+const KEYED: [&str; 5] = [
+    "project_claims",
     "tool_definition_snapshots",
     "tool_definition_snapshot_sources",
     "tool_definition_snapshot_rejections",
@@ -23,14 +24,15 @@ const KEYED: [&str; 4] = [
 ];
 
 /// The executor's per-project statements, by name.
-fn statements() -> [(&'static str, &'static str); 7] {
+fn statements() -> [(&'static str, &'static str); 8] {
     [
         ("open", sql::OPEN_PG),
         ("current digest", sql::CURRENT_DIGEST_PG),
         ("find current", sql::FIND_CURRENT_PG),
         ("append", sql::APPEND_PG),
         ("replay", sql::SNAPSHOT_BY_VECTOR),
-        ("clear mark", sql::CLEAR_MARK),
+        ("clear mark", sql::CLEAR_MARK_PG),
+        ("claim standing", sql::CLAIM_STANDING_PG),
         ("marked page", sql::MARKED_PAGE),
     ]
 }

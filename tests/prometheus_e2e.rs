@@ -198,7 +198,9 @@ async fn alerts_fire_and_clear_per_writer_with_the_real_stack() {
     t.rollback().await.unwrap();
     let vector = planner::active_vector_digest("demo-2", &heads);
     let forged = "sha256:".to_owned() + &"ab".repeat(32);
-    db::exec(&admin_b, &format!(
+    // A row no executor could write (the database's checks refuse it): a replay mismatch for
+    // the next build of demo-2 there.
+    db::exec_unchecked(&admin_b, &format!(
         "INSERT INTO ql3.tool_definition_snapshots (project_id, active_vector_digest, definition_digest, \
          snapshot_digest, package_count, definition_count, canonical_json) \
          VALUES ('demo-2', '{vector}', '{forged}', '{forged}', 1, 0, decode('7b7d', 'hex'))"

@@ -26,6 +26,8 @@ fn tables() -> Vec<(&'static str, String, &'static str)> {
         ("tool_definition_snapshot_sources", format!("INSERT INTO ql3.tool_definition_snapshot_sources SELECT min(snapshot_id), 'zzz.pkg', 'zzz', 1, {D}, {D}, {D} FROM ql3.tool_definition_snapshots"), "true"),
         ("tool_definition_snapshot_rejections", format!("INSERT INTO ql3.tool_definition_snapshot_rejections (project_id, active_vector_digest, reason, detail) VALUES ('matrix-p3', {D}, 'source-invalid', 'x')"), "true"),
         ("pending_projects", "INSERT INTO ql3.pending_projects VALUES ('matrix-p4', 1)".into(), "true"),
+        ("project_claims", "INSERT INTO ql3.project_claims VALUES ('matrix-p5')".into(), "false"),
+        ("generation_ledger", format!("INSERT INTO ql3.generation_ledger VALUES ('matrix-i', 1, {D}, {D}, {D}, '[]')"), "false"),
     ]
 }
 
@@ -36,6 +38,8 @@ fn first_column(table: &str) -> &'static str {
         }
         "package_installations" | "package_generations" => "installation_id",
         "pending_projects" => "version",
+        "project_claims" => "project_id",
+        "generation_ledger" => "installation_id",
         "materialized_revisions" => "byte_length",
         _ => "lock_digest",
     }
@@ -62,11 +66,27 @@ async fn attempt(conn: &mut PgConnection, sql: &str) -> String {
 fn expected(role: &str, op: &str, table: &str) -> &'static str {
     let snapshot = table.starts_with("tool_definition");
     let index = table == "pending_projects";
-    let source = !snapshot && !index && !table.starts_with("fn:") && !table.starts_with("schema:");
+    // The owner's own bookkeeping: claims (rows only the executor may lock) and generation keys.
+    let claims = table == "project_claims";
+    let ledger = table == "generation_ledger";
+    let source = !snapshot
+        && !index
+        && !claims
+        && !ledger
+        && !table.starts_with("fn:")
+        && !table.starts_with("schema:");
     match (role, op) {
-        // The pending index: the owner's triggers write it; the executor reads and clears it.
-        ("ql3_owner", _) if index => "ok",
-        ("ql3_package_executor", "SELECT" | "DELETE") if index => "ok",
+        // The pending index: the owner's triggers write it; the executor reads it and clears a
+        // mark through the function (a DELETE grant would let it lock the whole table).
+        ("ql3_owner", _) if index || claims || ledger => "ok",
+        ("ql3_package_executor", "SELECT") if index => "ok",
+        ("ql3_package_executor", "EXECUTE") if table == "fn:clear_pending_mark" => "ok",
+        // Claims: a row lock needs UPDATE on a column, which only the executor has.
+        ("ql3_package_executor", "SELECT" | "UPDATE" | "SELECT FOR UPDATE") if claims => "ok",
+        // A table lock that blocks writers needs table-level UPDATE, DELETE or TRUNCATE.
+        ("ql3_owner", "LOCK" | "SELECT FOR UPDATE") => "ok",
+        ("ql3_control_plane", "LOCK" | "SELECT FOR UPDATE") if source => "ok",
+        (_, "LOCK" | "SELECT FOR UPDATE") => "42501",
         ("ql3_owner", "SELECT" | "INSERT") => "ok",
         ("ql3_owner", "UPDATE" | "DELETE" | "TRUNCATE") if snapshot => "P0001",
         ("ql3_owner", "UPDATE") if table == "materialized_revisions" => "P0001",
@@ -105,6 +125,13 @@ async fn privilege_matrix() {
                 ops.push(("DELETE", table.into(), format!("DELETE FROM ql3.{table} WHERE {}", if filter == "true" && table != "materialized_revisions" { "true" } else { "false" })));
                 ops.push(("TRUNCATE", table.into(), format!("TRUNCATE ql3.{table} CASCADE")));
             }
+            for table in ["projects", "package_installations", "package_generations", "pending_projects", "project_claims", "tool_definition_snapshots"] {
+                ops.push(("LOCK", table.into(), format!("LOCK TABLE ql3.{table} IN SHARE ROW EXCLUSIVE MODE")));
+            }
+            for table in ["projects", "project_claims"] {
+                ops.push(("SELECT FOR UPDATE", table.into(), format!("SELECT 1 FROM ql3.{table} FOR UPDATE")));
+            }
+            ops.push(("EXECUTE", "fn:clear_pending_mark".into(), "SELECT ql3.clear_pending_mark('demo-1', 0)".into()));
             ops.push(("EXECUTE", "fn:find_current_tool_snapshot".into(), "SELECT * FROM ql3.find_current_tool_snapshot('demo-1')".into()));
             ops.push(("EXECUTE", "fn:current_tool_snapshot".into(), "SELECT * FROM ql3.current_tool_snapshot('demo-1')".into()));
             ops.push(("CREATE", "schema:ql3".into(), "CREATE TABLE ql3.matrix_probe (x int)".into()));
@@ -129,7 +156,7 @@ async fn privilege_matrix() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn open_step_takes_the_claim_once() {
-    // The claim is volatile: were the call copied into several places of the plan, a replica
+    // The claim is a row lock: were it copied into several places of the plan, a replica
     // committing between two of them could make one gate see the claim and another not.
     tokio::time::timeout(Duration::from_secs(60), async {
         let url = pg::fresh_db().await;
@@ -137,7 +164,7 @@ async fn open_step_takes_the_claim_once() {
         let mut conn = admin.pg_pool().unwrap().acquire().await.unwrap();
         let prepare = format!(
             "SET plan_cache_mode = force_generic_plan;
-             PREPARE open_step(text, integer, integer, bigint) AS {}",
+             PREPARE open_step(text, bigint) AS {}",
             package_executor::store::OPEN_SQL
         );
         sqlx::raw_sql(sqlx::AssertSqlSafe(prepare))
@@ -145,13 +172,13 @@ async fn open_step_takes_the_claim_once() {
             .await
             .unwrap();
         let plan: Vec<String> =
-            sqlx::query_scalar("EXPLAIN VERBOSE EXECUTE open_step('demo-1', 7433267, 1, 262144)")
+            sqlx::query_scalar("EXPLAIN VERBOSE EXECUTE open_step('demo-1', 262144)")
                 .fetch_all(&mut *conn)
                 .await
                 .unwrap();
         let calls = plan
             .iter()
-            .map(|l| l.matches("pg_try_advisory_xact_lock").count())
+            .map(|l| l.matches("LockRows").count())
             .sum::<usize>();
         assert_eq!(calls, 1, "open step plan:\n{}", plan.join("\n"));
     })
@@ -193,20 +220,25 @@ async fn catalog_is_locked_down() {
     assert_eq!(
         definers,
         [
+            "add_project_claims",
+            "clear_pending_mark",
             "current_tool_snapshot",
+            "hold_generation_keys",
             "mark_generations",
             "mark_installations",
             "mark_pending",
             "mark_projects",
             "mark_revisions"
         ],
-        "only the consumer's door and the pending index's markers are SECURITY DEFINER"
+        "only the consumer's door, the pending index's markers and mark clearing, and the \
+         triggers that keep claims and generation keys are SECURITY DEFINER"
     );
-    // The markers are trigger functions (and their helper): nobody may call them directly.
+    // The markers and keepers are trigger functions (and their helper): nobody may call them
+    // directly.
     let callable: Vec<String> = sqlx::query_scalar(
         "SELECT r.rolname || ' ' || p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
          CROSS JOIN pg_roles r
-         WHERE n.nspname = 'ql3' AND p.proname LIKE 'mark\\_%' AND r.rolname LIKE 'ql3\\_%'
+         WHERE n.nspname = 'ql3' AND (p.proname LIKE 'mark\\_%' OR p.proname IN ('add_project_claims', 'hold_generation_keys')) AND r.rolname LIKE 'ql3\\_%'
            AND r.rolname <> 'ql3_owner' AND has_function_privilege(r.oid, p.oid, 'EXECUTE')")
         .fetch_all(pool).await.unwrap();
     assert!(callable.is_empty(), "{callable:?}");
@@ -231,8 +263,9 @@ async fn catalog_is_locked_down() {
     );
     let triggers: i64 = sqlx::query("SELECT COUNT(*) FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'ql3' AND NOT t.tgisinternal")
         .fetch_one(pool).await.unwrap().get(0);
-    // Eight keep history append-only; ten mark the pending index.
-    assert_eq!(triggers, 18);
+    // Eight keep history append-only; ten mark the pending index; two add claim rows, one
+    // keeps generation keys, two check snapshots and their source rows.
+    assert_eq!(triggers, 23);
     let foreign_owned: Vec<String> = sqlx::query(
         "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
          WHERE n.nspname = 'ql3' AND pg_get_userbyid(c.relowner) <> 'ql3_owner'

@@ -378,7 +378,9 @@ async fn replay_mismatch_is_reported_not_overwritten(s: Stores) {
         Dialect::Postgres => "decode('7b7d', 'hex')",
         Dialect::Sqlite => "X'7B7D'",
     };
-    exec(&s.admin, &format!(
+    // A row the database's own checks refuse (no source rows, a made-up document): only a
+    // database whose owner switched them off can hold one, and the executor still fails closed.
+    exec_unchecked(&s.admin, &format!(
         "INSERT INTO ql3.tool_definition_snapshots (project_id, active_vector_digest, definition_digest, \
          snapshot_digest, package_count, definition_count, canonical_json) \
          VALUES ('demo-2', '{vector}', '{forged}', '{forged}', 1, 0, {blob})"
@@ -568,21 +570,12 @@ async fn current_proof_refuses_partial_matches(s: Stores) {
         ("subset", vec![live[0].clone()]),
         ("superset", vec![live[0].clone(), live[1].clone(), extra]),
     ];
-    for (i, (label, sources)) in cases.into_iter().enumerate() {
-        let n = i + 1;
-        let fake = planner::Snapshot {
-            project_id: "demo-1".into(),
-            active_vector_digest: package_executor::model::Digest::of(
-                format!("vector {n}").as_bytes(),
-            ),
-            definition_digest: package_executor::model::Digest::of(b"d"),
-            snapshot_digest: package_executor::model::Digest::of(
-                format!("snapshot {n}").as_bytes(),
-            ),
-            canonical_json: b"{}".to_vec(),
-            sources,
-            definition_count: 0,
-        };
+    for (label, sources) in cases {
+        // A whole, well-formed snapshot of those sources (no definitions), as the database
+        // requires of every row.
+        let fake = planner::SnapshotBuilder::new("demo-1", sources)
+            .finish()
+            .unwrap();
         let mut a = s.exec.begin().await.unwrap();
         assert_eq!(
             a.insert_snapshot(&fake).await.unwrap(),
@@ -841,17 +834,13 @@ async fn open_and_append_steps(s: Stores) {
     if s.exec.dialect() == Dialect::Postgres {
         let pool = s.admin.pg_pool().unwrap();
         let mut holder = pool.begin().await.unwrap();
-        let key = sqlx::query_scalar::<_, i32>(
-            "SELECT ('x' || left(encode(sha256(convert_to('demo-2', 'UTF8')), 'hex'), 8))::bit(32)::int4",
+        // A claim is a row lock on the project's claim row (migration 11).
+        let held: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM ql3.project_claims WHERE project_id = 'demo-2' FOR UPDATE)",
         )
         .fetch_one(&mut *holder)
         .await
         .unwrap();
-        let held: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock(7433267, $1)")
-            .bind(key)
-            .fetch_one(&mut *holder)
-            .await
-            .unwrap();
         assert!(held);
         let mut a = s.exec.begin().await.unwrap();
         let opening = a.open("demo-2").await.unwrap();

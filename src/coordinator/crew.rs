@@ -89,6 +89,45 @@ impl Crew {
         }
     }
 
+    /// A project whose claim another session held through every attempt counts as claimed
+    /// elsewhere only while that stands up at the end: an executor holds the claim now (only
+    /// the executor's role can), or the project is current. Otherwise nothing shows that an
+    /// executor is building it, and it is `claim-unverified`: unresolved, never success. Other
+    /// outcomes pass through.
+    pub async fn settle(&self, session: &mut Session, project_id: &str, o: Outcome) -> Outcome {
+        let Outcome::Unresolved {
+            reason: Unresolved::ClaimedElsewhere,
+            ..
+        } = &o
+        else {
+            return o;
+        };
+        let standing = session
+            .transaction(async |a| Ok((a.claim_standing(project_id).await?, false)))
+            .await;
+        let detail = match standing {
+            Ok(s) if s.claimable && (s.held || s.current) => return o,
+            Ok(s) if !s.claimable => "no executor can claim this project: its row in \
+                 ql3.project_claims is missing (the owner can restore it: INSERT INTO \
+                 ql3.project_claims VALUES ('<project>')); it stays pending"
+                .to_owned(),
+            Ok(_) => "another session held this project's claim through every attempt, but at \
+                 the end of the run no executor holds it and the project is not current; it \
+                 stays pending: run again, and check for sessions that hold claims without \
+                 finishing"
+                .to_owned(),
+            Err(e) => format!(
+                "another session held this project's claim through every attempt, and its \
+                 standing could not be checked ({e}); it stays pending: run again"
+            ),
+        };
+        tracing::warn!(project_id, reason = "claim-unverified", %detail, "claim not verified");
+        Outcome::Unresolved {
+            reason: Unresolved::ClaimUnverified,
+            detail,
+        }
+    }
+
     /// After a project ran out of attempts on database errors: if the database no longer answers
     /// at all, stop taking work (the run then exits 8 with a truthful summary) instead of
     /// burning every remaining project's attempts against a dead server.

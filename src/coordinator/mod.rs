@@ -187,13 +187,14 @@ impl<'a> Coordinator<'a> {
                 "project {project_id} does not exist; check the id or import it first"
             )));
         }
-        let outcome = self
-            .process(&mut self.crew.store.session(), project_id)
-            .await
-            .unwrap_or(Outcome::Unresolved {
+        let mut session = self.crew.store.session();
+        let outcome = match self.process(&mut session, project_id).await {
+            Some(o) => self.crew.settle(&mut session, project_id, o).await,
+            None => Outcome::Unresolved {
                 reason: Unresolved::Database,
                 detail: "stopped before the first attempt".into(),
-            });
+            },
+        };
         self.observer.outcome(project_id, &outcome);
         Ok(outcome)
     }
@@ -347,6 +348,23 @@ impl<'a> Coordinator<'a> {
         Ok((finished && !self.crew.stop.is_set(), attempted))
     }
 
+    /// Settles every project left claimed elsewhere (see [`Crew::settle`]), one at a time:
+    /// there are few, and each is one short statement.
+    async fn settle_claims(&self, outcomes: &mut BTreeMap<String, Outcome>) {
+        let mut session = self.crew.store.session();
+        for (p, o) in outcomes.iter_mut() {
+            if matches!(
+                o,
+                Outcome::Unresolved {
+                    reason: Unresolved::ClaimedElsewhere,
+                    ..
+                }
+            ) {
+                *o = self.crew.settle(&mut session, p, o.clone()).await;
+            }
+        }
+    }
+
     /// `run`: every pending project of the shard, then the final probes.
     pub async fn run(&self) -> RunReport {
         let started = Instant::now();
@@ -389,6 +407,9 @@ impl<'a> Coordinator<'a> {
             }
         }
         database_down |= self.database_down();
+        if !database_down {
+            self.settle_claims(&mut outcomes).await;
+        }
         summary.projects_scanned = outcomes.len() as u64;
         for o in outcomes.values() {
             summary.count(o);

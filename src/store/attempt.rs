@@ -113,16 +113,6 @@ macro_rules! on_conn {
 
 pub(crate) use on_conn;
 
-/// The advisory-lock key of a project: the first 4 bytes of SHA-256 of its id, big-endian.
-pub(super) fn claim_key(project_id: &str) -> i32 {
-    use sha2::{Digest as _, Sha256};
-    let hash = Sha256::digest(project_id.as_bytes());
-    i32::from_be_bytes([hash[0], hash[1], hash[2], hash[3]])
-}
-
-/// The advisory-lock class shared by every executor version (`0x716C33`, "ql3").
-pub(super) const CLAIM_CLASS: i32 = 0x716C33;
-
 impl Attempt<'_> {
     /// The dialect.
     pub fn dialect(&self) -> Dialect {

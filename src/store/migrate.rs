@@ -41,6 +41,7 @@ pub const POSTGRES: &[Migration] = &[
     migration!("postgres", 8, "0008_pending_index.sql"),
     migration!("postgres", 9, "0009_revision_slices.sql"),
     migration!("postgres", 10, "0010_proof_lookups.sql"),
+    migration!("postgres", 11, "0011_trust_boundaries.sql"),
 ];
 
 /// SQLite migrations.
@@ -49,6 +50,7 @@ pub const SQLITE: &[Migration] = &[
     migration!("sqlite", 2, "0002_snapshot_tables.sql"),
     migration!("sqlite", 3, "0003_pending_index.sql"),
     migration!("sqlite", 4, "0004_permissions_trigger.sql"),
+    migration!("sqlite", 5, "0005_generation_ledger.sql"),
 ];
 
 /// The six group roles of contract section 8.
@@ -100,6 +102,11 @@ impl Store {
             .collect();
         if let Some(pool) = self.pg_pool() {
             let mut tx = pool.begin().await?;
+            let pid: i32 = sqlx::query_scalar("SELECT pg_catalog.pg_backend_pid()")
+                .fetch_one(&mut *tx)
+                .await?;
+            let watcher = HolderWatch::start(&pool, pid);
+            let result: Result<(), StoreError> = async {
             sqlx::query("SELECT pg_advisory_xact_lock($1, $2)")
                 .bind(MIGRATE_LOCK.0)
                 .bind(MIGRATE_LOCK.1)
@@ -177,6 +184,11 @@ impl Store {
             .execute(&mut *tx)
             .await?;
             tx.commit().await?;
+            Ok(())
+            }
+            .await;
+            let holders = watcher.stop();
+            result.map_err(|e| naming_holders(e, holders))?;
         } else if let Some(pool) = self.sqlite_pool() {
             let mut conn = pool.acquire().await?;
             sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await?;
@@ -289,6 +301,72 @@ fn migration_error(m: &Migration, e: sqlx::Error) -> StoreError {
         | StoreError::NotMigrated(msg) => {
             StoreError::Other(format!("migration {} failed: {msg}", m.name))
         }
+        other => other,
+    }
+}
+
+/// Watches, from a connection of its own, which sessions block the migration's transaction
+/// (`pg_blocking_pids`): a migration waits on locks (the migration lock, which any login can
+/// take, or a table a long transaction holds), and when the wait ends in a timeout the error
+/// names who held it.
+struct HolderWatch {
+    task: tokio::task::JoinHandle<()>,
+    seen: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+}
+
+impl HolderWatch {
+    fn start(pool: &sqlx::PgPool, pid: i32) -> Self {
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let options = (*pool.connect_options()).clone();
+        let shared = std::sync::Arc::clone(&seen);
+        let task = tokio::spawn(async move {
+            use sqlx::Connection as _;
+            // Watching is best effort: without a second connection nothing is named.
+            let Ok(mut conn) = sqlx::PgConnection::connect_with(&options).await else {
+                return;
+            };
+            loop {
+                let holders: Result<Option<String>, _> = sqlx::query_scalar(
+                    "SELECT string_agg(pg_catalog.format('pid %s (role %s, application %L)', \
+                     a.pid, a.usename, a.application_name), ', ' ORDER BY a.pid) \
+                     FROM pg_catalog.pg_stat_activity AS a \
+                     WHERE a.pid = ANY (pg_catalog.pg_blocking_pids($1))",
+                )
+                .bind(pid)
+                .fetch_one(&mut conn)
+                .await;
+                match holders {
+                    Ok(Some(h)) => *shared.lock().unwrap_or_else(|p| p.into_inner()) = Some(h),
+                    Ok(None) => {}
+                    Err(_) => return,
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+        });
+        Self { task, seen }
+    }
+
+    /// Stops watching; the sessions that blocked the migration last, if any did.
+    fn stop(self) -> Option<String> {
+        self.task.abort();
+        self.seen.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
+
+/// A failed migration's error, with the sessions that blocked it named and what to do.
+fn naming_holders(e: StoreError, holders: Option<String>) -> StoreError {
+    let Some(holders) = holders else { return e };
+    let add = |m: String| {
+        format!(
+            "{m}; the migration waited on a lock held by {holders}: end that session (its owner, \
+             or SELECT pg_terminate_backend(<pid>) as a superuser) and run migrate again"
+        )
+    };
+    match e {
+        StoreError::Transient(m) => StoreError::Transient(add(m)),
+        StoreError::Other(m) => StoreError::Other(add(m)),
+        StoreError::Unavailable(m) => StoreError::Unavailable(add(m)),
+        StoreError::Refused(m) => StoreError::Refused(add(m)),
         other => other,
     }
 }

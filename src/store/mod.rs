@@ -25,7 +25,7 @@ pub use error::StoreError;
 use primary::PgTarget;
 pub use primary::{Hosts, SessionAttrs, split_hosts};
 pub use redact::{redact, redact_text};
-pub use steps::{Appending, Opening, Replay};
+pub use steps::{Appending, ClaimStanding, Opening, Replay};
 /// The PostgreSQL pending-project query text (for benchmarks and EXPLAIN).
 pub const PENDING_PAGE_SQL: &str = sql::PENDING_PAGE_PG;
 /// The PostgreSQL open step's text (`$1` project, `$2`/`$3` claim), for tests and EXPLAIN.
@@ -326,6 +326,10 @@ impl Store {
                     // key, so an index is never the wrong choice; `off` only prices a
                     // sequential scan out where an index exists.
                     ("enable_seqscan", "off".to_owned()),
+                    // Every name the executor uses is qualified (`ql3.` or a catalog function);
+                    // pinned so that no schema a database grants CREATE on (`public`, on one
+                    // upgraded from PostgreSQL 14 or older) can put an object in their way.
+                    ("search_path", "pg_catalog,pg_temp".to_owned()),
                 ];
                 let configure = |o: PgConnectOptions| {
                     o.application_name("package-executor")

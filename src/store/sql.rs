@@ -366,9 +366,28 @@ pub const MARK_VERSION: &str =
     "SELECT m.version FROM ql3.pending_projects AS m WHERE m.project_id = $1";
 
 /// Clears a project's mark if it still holds the version read before the build (`$2`); a
-/// change since gave it a new version, and it stays.
+/// change since gave it a new version, and it stays. SQLite's text; PostgreSQL's is
+/// [`CLEAR_MARK_PG`].
 pub const CLEAR_MARK: &str =
     "DELETE FROM ql3.pending_projects WHERE project_id = $1 AND version = $2";
+
+/// [`CLEAR_MARK`] in PostgreSQL: through the migration's function, since the executor's role
+/// has no DELETE on the index (a DELETE grant would let it lock the whole table).
+pub const CLEAR_MARK_PG: &str = "SELECT ql3.clear_pending_mark($1, $2) AS cleared";
+
+/// Where a project's claim stands (PostgreSQL), for a project whose claim another session held
+/// through every attempt: whether it has a claim row at all, whether a live session holds it
+/// now (only executors can: see [`OPEN_PG`]), and whether the project is current. Run in a
+/// transaction that is rolled back, so a claim this takes is let go at once.
+pub const CLAIM_STANDING_PG: &str = "
+WITH k AS MATERIALIZED (
+  SELECT k.project_id FROM ql3.project_claims AS k WHERE k.project_id = $1
+  FOR UPDATE SKIP LOCKED
+)
+SELECT EXISTS (SELECT 1 FROM ql3.project_claims AS k0 WHERE k0.project_id = $1) AS claimable,
+       EXISTS (SELECT 1 FROM ql3.project_claims AS k1 WHERE k1.project_id = $1)
+         AND NOT EXISTS (SELECT 1 FROM k) AS held,
+       EXISTS (SELECT 1 FROM ql3.find_current_tool_snapshot($1) AS f) AS current";
 
 /// Pending projects after a cursor, SQLite: the same proof as `FIND_CURRENT_SQLITE`.
 pub const PENDING_PAGE_SQLITE: &str = concat!(
@@ -418,23 +437,28 @@ macro_rules! live_heads {
     };
 }
 
-/// Opens an attempt in one PostgreSQL statement: the claim (`$2`, `$3`), then, only when it
-/// is held, whether the project has a snapshot at all, the first observation with each
+/// Opens an attempt in one PostgreSQL statement: the claim, then, only when it is held, whether the project has a snapshot at all, the first observation with each
 /// revision's stored lengths, and the project's recorded rejections. When the heads' revisions
-/// together hold at most `$4` bytes, their contents come too (`inline_contents`, aligned with
+/// together hold at most `$2` bytes, their contents come too (`inline_contents`, aligned with
 /// the heads; see `inline_column!`), which saves a cold project its revision read: a round
 /// trip and a statement, about a tenth of what a typical project costs client and server.
 /// The current proof is [`CURRENT_DIGEST_PG`], asked only when there is a snapshot: inlined
 /// here, its thirty-odd plan nodes were initialised on every attempt, which cost a cold run
 /// (no snapshots yet) about 5%.
 ///
-/// The claim is a `MATERIALIZED` CTE so that `pg_try_advisory_xact_lock` runs exactly once.
-/// As a plain subquery the planner copied the call into every gate that reads `c.claimed`;
-/// if another replica committed between two of those calls, one gate saw the claim and
-/// another did not (an empty first observation under a granted claim).
+/// The claim is a row lock on the project's row of `ql3.project_claims` (migration 11), taken
+/// with `SKIP LOCKED` so that a claim held by another executor is seen at once, never waited
+/// for. Locking a row needs UPDATE privilege there, which only the executor's role has: no
+/// other login can take or hold a claim. Both steps are `MATERIALIZED` CTEs so that the lock
+/// is tried exactly once: as a plain subquery the planner may copy it into every gate that
+/// reads `c.claimed`, and if another replica committed between two of those tries, one gate
+/// would see the claim and another not (an empty first observation under a granted claim).
 pub const OPEN_PG: &str = concat!(
     "
-WITH c AS MATERIALIZED (SELECT pg_try_advisory_xact_lock($2, $3) AS claimed)
+WITH k AS MATERIALIZED (
+  SELECT k.project_id FROM ql3.project_claims AS k WHERE k.project_id = $1
+  FOR UPDATE SKIP LOCKED
+), c AS MATERIALIZED (SELECT EXISTS (SELECT 1 FROM k) AS claimed)
 SELECT c.claimed,
        c.claimed AND EXISTS (SELECT 1 FROM ql3.tool_definition_snapshots AS s0
                              WHERE s0.project_id = $1) AS has_snapshot,
@@ -447,7 +471,7 @@ CROSS JOIN LATERAL (",
             length_columns!("octet_length"),
             // PostgreSQL's window keeps each revision as its TOAST pointer: summing the
             // lengths reads no content.
-            inline_column!("sum(octet_length(r.content)) OVER ()", "$4")
+            inline_column!("sum(octet_length(r.content)) OVER ()", "$2")
         ),
         ",
          coalesce(array_agg(o.byte_length), '{}') AS byte_lengths,
@@ -490,11 +514,11 @@ WITH ins AS (
   FROM ins
   CROSS JOIN unnest($8::text[], $9::text[], $10::bigint[], $11::text[], $12::text[], $13::text[])
     AS e(package_name, installation_id, generation, generation_digest, lock_digest, revision_digest)
-), clr AS (
-  DELETE FROM ql3.pending_projects AS m WHERE m.project_id = $1 AND m.version = $14
+), clr AS MATERIALIZED (
+  SELECT ql3.clear_pending_mark($1, $14) AS cleared
 )
-SELECT (SELECT ins.snapshot_id FROM ins) AS snapshot_id, h.*
-FROM (",
+SELECT (SELECT ins.snapshot_id FROM ins) AS snapshot_id, clr.cleared, h.*
+FROM clr CROSS JOIN (",
     live_heads!("", "", "", ""),
     "
 ) AS h"

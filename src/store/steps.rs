@@ -22,7 +22,7 @@ use std::collections::HashMap;
 
 use sqlx::Row;
 
-use super::attempt::{CLAIM_CLASS, claim_key, head_of};
+use super::attempt::head_of;
 use super::sql;
 use super::{Attempt, Dialect, ObservedHead, RecordedRejection, StoreError};
 use crate::planner::{ActiveHead, Snapshot, StoredLength};
@@ -61,6 +61,17 @@ pub enum Replay {
     },
 }
 
+/// Where a project's claim stands at the end of a run in which another session held it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClaimStanding {
+    /// The project has a claim row, so an executor can claim it.
+    pub claimable: bool,
+    /// A live session holds the claim now; only the executor's role can hold one.
+    pub held: bool,
+    /// The project has a snapshot proven current.
+    pub current: bool,
+}
+
 /// What appending found and did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Appending {
@@ -89,8 +100,6 @@ impl Attempt<'_> {
             Attempt::Pg(tx) => {
                 let row = sqlx::query(sql::OPEN_PG)
                     .bind(project_id)
-                    .bind(CLAIM_CLASS)
-                    .bind(claim_key(project_id))
                     .bind(cap(inline))
                     .fetch_one(&mut **tx)
                     .await?;
@@ -246,12 +255,40 @@ impl Attempt<'_> {
         })
     }
 
+    /// Where a project's claim stands, for a project whose claim another session held through
+    /// every attempt (see [`ClaimStanding`]). On PostgreSQL this may take the claim for a moment:
+    /// the caller rolls back. SQLite has one writer, so a claim is never held elsewhere there.
+    pub async fn claim_standing(&mut self, project_id: &str) -> Result<ClaimStanding, StoreError> {
+        match self {
+            Attempt::Pg(tx) => {
+                let row = sqlx::query(sql::CLAIM_STANDING_PG)
+                    .bind(project_id)
+                    .fetch_one(&mut **tx)
+                    .await?;
+                Ok(ClaimStanding {
+                    claimable: row.try_get("claimable")?,
+                    held: row.try_get("held")?,
+                    current: row.try_get("current")?,
+                })
+            }
+            Attempt::Lite(_) => Ok(ClaimStanding {
+                claimable: true,
+                held: false,
+                current: self.find_current(project_id).await?.is_some(),
+            }),
+        }
+    }
+
     /// Clears a project's mark if it still holds `version`, the one read when the attempt
     /// opened: a change committed since gave the mark a new version, and it stays for the next
     /// run. Part of the transaction that makes the outcome final.
     pub async fn clear_mark(&mut self, project_id: &str, version: i64) -> Result<(), StoreError> {
         super::on_conn!(self, c, d => {
-            sqlx::query(sql::for_dialect(d, sql::CLEAR_MARK))
+            let text = match d {
+                Dialect::Postgres => sql::CLEAR_MARK_PG,
+                Dialect::Sqlite => sql::for_dialect(d, sql::CLEAR_MARK),
+            };
+            sqlx::query(text)
                 .bind(project_id)
                 .bind(version)
                 .execute(c)

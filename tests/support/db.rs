@@ -34,6 +34,38 @@ pub async fn exec(store: &Store, text: &str) -> Result<u64, String> {
     r.map_err(|e| e.to_string())
 }
 
+/// [`exec`] with the database's snapshot checks (migration 11) switched off around it, in one
+/// transaction, as only the schema's owner can: for rows no executor could write, to show that
+/// the executor still fails closed on a database whose checks were bypassed. SQLite has none.
+pub async fn exec_unchecked(store: &Store, text: &str) -> Result<u64, String> {
+    if store.dialect() == Dialect::Sqlite {
+        return exec(store, text).await;
+    }
+    let pool = store.pg_pool().expect("postgres");
+    let mut tx = pool.begin().await.map_err(|e| e.to_string())?;
+    let toggle = |on: bool| {
+        format!(
+            "ALTER TABLE ql3.tool_definition_snapshots {} TRIGGER tool_definition_snapshots_hold",
+            if on { "ENABLE ALWAYS" } else { "DISABLE" }
+        )
+    };
+    sqlx::query(sqlx::AssertSqlSafe(toggle(false)))
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| e.to_string())?;
+    let n = sqlx::query(sqlx::AssertSqlSafe(text.to_owned()))
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| e.to_string())?
+        .rows_affected();
+    sqlx::query(sqlx::AssertSqlSafe(toggle(true)))
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| e.to_string())?;
+    tx.commit().await.map_err(|e| e.to_string())?;
+    Ok(n)
+}
+
 /// One scalar (as i64) from a statement written with `ql3.` names.
 pub async fn scalar(store: &Store, text: &str) -> i64 {
     use sqlx::Row;
