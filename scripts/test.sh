@@ -166,7 +166,7 @@ cat "$STORM_REPORT" "$PATRONI_REPORT" "$HOSTILE_REPORT"
 echo "== PostgreSQL-backed tests on $("$PG18_BINDIR/postgres" --version) ($PG18_BINDIR)"
 export PE_PG_BINDIR="$PG18_BINDIR" PE_PG_MAJOR=18
 rm -f "$STORM_REPORT" "$PATRONI_REPORT" "$HOSTILE_REPORT"
-cargo test --locked --test storage_contract --test plans --test roles --test run --test ha --test storm --test disk_full --test secrets --test patroni --test hostile -- --skip hostile_revisions_on_sqlite
+cargo test --locked --test storage_contract --test plans --test roles --test trust --test run --test ha --test storm --test disk_full --test secrets --test patroni --test hostile -- --skip hostile_revisions_on_sqlite
 cat "$STORM_REPORT" "$PATRONI_REPORT" "$HOSTILE_REPORT"
 cargo test --locked --test tls a_server_without_tls
 varlib_check

@@ -46,6 +46,15 @@ pub enum Unresolved {
 }
 
 impl Unresolved {
+    /// Every code, in the contract's order.
+    pub const ALL: [Unresolved; 5] = [
+        Self::VectorDrift,
+        Self::GenerationDrift,
+        Self::Database,
+        Self::ClaimedElsewhere,
+        Self::ClaimUnverified,
+    ];
+
     /// The code string.
     pub fn as_str(self) -> &'static str {
         match self {
