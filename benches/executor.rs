@@ -277,7 +277,7 @@ async fn floor(url: &str) -> (Duration, String) {
             exec(&store, FLOOR.to_owned()).await;
             let pool = &store.pg_pool().unwrap();
             let t = Instant::now();
-            sqlx::query("SELECT bench_floor()")
+            sqlx::query("SELECT public.bench_floor()")
                 .execute(pool)
                 .await
                 .unwrap();

@@ -79,6 +79,13 @@ fn expected(role: &str, op: &str, table: &str) -> &'static str {
         // The pending index: the owner's triggers write it; the executor reads it and clears a
         // mark through the function (a DELETE grant would let it lock the whole table).
         ("ql3_owner", _) if index || claims || ledger => "ok",
+        // A source row for a snapshot committed earlier: the privilege holds, the database's
+        // check refuses the row (source rows come with their snapshot, never later).
+        ("ql3_owner" | "ql3_package_executor", "INSERT")
+            if table == "tool_definition_snapshot_sources" =>
+        {
+            "23514"
+        }
         ("ql3_package_executor", "SELECT") if index => "ok",
         ("ql3_package_executor", "EXECUTE") if table == "fn:clear_pending_mark" => "ok",
         // Claims: a row lock needs UPDATE on a column, which only the executor has.

@@ -116,7 +116,6 @@ DECLARE
   tail bytea;
   doc bytea := NEW.canonical_json;
   defs bytea;
-  definitions jsonb;
   problem text;
 BEGIN
   SELECT count(*),
@@ -157,14 +156,13 @@ BEGIN
           <> NEW.definition_digest THEN
       problem := 'definition_digest is not the digest of its definitions';
     ELSE
+      -- `json`, not `jsonb`: validating the text costs a quarter of building the tree.
       BEGIN
-        definitions := convert_from(defs, 'UTF8')::jsonb;
-        IF jsonb_typeof(definitions) <> 'array'
-           OR jsonb_array_length(definitions) <> NEW.definition_count THEN
+        IF json_array_length(convert_from(defs, 'UTF8')::json) <> NEW.definition_count THEN
           problem := format('its definitions are not an array of %s entries', NEW.definition_count);
         END IF;
       EXCEPTION WHEN data_exception THEN
-        problem := 'its definitions are not well-formed UTF-8 JSON';
+        problem := 'its definitions are not a well-formed UTF-8 JSON array';
       END;
     END IF;
   END IF;
@@ -184,27 +182,34 @@ CREATE CONSTRAINT TRIGGER tool_definition_snapshots_hold
   FOR EACH ROW EXECUTE FUNCTION ql3.check_snapshot();
 ALTER TABLE ql3.tool_definition_snapshots ENABLE ALWAYS TRIGGER tool_definition_snapshots_hold;
 
-CREATE FUNCTION ql3.check_snapshot_source() RETURNS trigger
+CREATE FUNCTION ql3.check_snapshot_sources() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+  late bigint;
 BEGIN
-  IF NOT EXISTS (SELECT 1 FROM ql3.tool_definition_snapshots AS s
-                 WHERE s.snapshot_id = NEW.snapshot_id
-                   AND s.xmin = pg_current_xact_id()::xid) THEN
+  SELECT n.snapshot_id INTO late
+  FROM new_rows AS n
+  WHERE NOT EXISTS (SELECT 1 FROM ql3.tool_definition_snapshots AS s
+                    WHERE s.snapshot_id = n.snapshot_id
+                      AND s.xmin = pg_current_xact_id()::xid)
+  LIMIT 1;
+  IF FOUND THEN
     RAISE EXCEPTION 'a source row for snapshot % is refused: source rows are inserted with their snapshot, never later',
-      NEW.snapshot_id
+      late
       USING ERRCODE = 'check_violation',
             HINT = 'snapshots are immutable; only package-executor writes them';
   END IF;
   RETURN NULL;
 END
 $$;
-REVOKE EXECUTE ON FUNCTION ql3.check_snapshot_source() FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION ql3.check_snapshot_sources() FROM PUBLIC;
 
-CREATE CONSTRAINT TRIGGER tool_definition_snapshot_sources_hold
+-- One call per statement (an append inserts all its source rows in one), not one per row.
+CREATE TRIGGER tool_definition_snapshot_sources_hold
   AFTER INSERT ON ql3.tool_definition_snapshot_sources
-  DEFERRABLE INITIALLY DEFERRED
-  FOR EACH ROW EXECUTE FUNCTION ql3.check_snapshot_source();
+  REFERENCING NEW TABLE AS new_rows
+  FOR EACH STATEMENT EXECUTE FUNCTION ql3.check_snapshot_sources();
 ALTER TABLE ql3.tool_definition_snapshot_sources ENABLE ALWAYS TRIGGER tool_definition_snapshot_sources_hold;
 
 -- 4. Marks are cleared through a function, not a DELETE grant: DELETE would also let the
