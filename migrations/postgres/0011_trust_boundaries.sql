@@ -105,9 +105,12 @@ ALTER TABLE ql3.package_generations ENABLE ALWAYS TRIGGER package_generations_ho
 -- no escaping) and the row's two digests, ends with the row's project, its `definitions` are a
 -- JSON array of `definition_count` entries, `active_vector_digest` and `definition_digest` are
 -- the SHA-256 of their documents and `snapshot_digest` that of the whole. A source row may only
--- be added in the transaction that inserted its snapshot, so no row can be added later.
+-- be added in the transaction that inserted its snapshot, so no row can be added later. Both
+-- functions pin their plans to key lookups, as the marking functions do (migration 8): they
+-- are planned in whichever session writes, on whatever statistics there are.
 CREATE FUNCTION ql3.check_snapshot() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+  SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
 AS $$
 DECLARE
   n_sources integer;
@@ -184,15 +187,20 @@ ALTER TABLE ql3.tool_definition_snapshots ENABLE ALWAYS TRIGGER tool_definition_
 
 CREATE FUNCTION ql3.check_snapshot_sources() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+  SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
 AS $$
 DECLARE
   late bigint;
 BEGIN
+  -- One key lookup per distinct snapshot of the statement (OFFSET 0 keeps it a per-row
+  -- subquery): a plan that joined the whole snapshots table, as the planner may choose for a
+  -- transition table it has no statistics for, made every append cost the table's size.
   SELECT n.snapshot_id INTO late
-  FROM new_rows AS n
+  FROM (SELECT DISTINCT r.snapshot_id FROM new_rows AS r) AS n
   WHERE NOT EXISTS (SELECT 1 FROM ql3.tool_definition_snapshots AS s
                     WHERE s.snapshot_id = n.snapshot_id
-                      AND s.xmin = pg_current_xact_id()::xid)
+                      AND s.xmin = pg_current_xact_id()::xid
+                    OFFSET 0)
   LIMIT 1;
   IF FOUND THEN
     RAISE EXCEPTION 'a source row for snapshot % is refused: source rows are inserted with their snapshot, never later',
