@@ -94,6 +94,10 @@ pub enum Command {
         /// Print `{"snapshotDigest","committedAt","snapshot"}` as one JSON line.
         #[arg(long, env = "PACKAGE_EXECUTOR_JSON")]
         json: bool,
+        /// The snapshot digest of the copy you hold: when it is still current, say so and
+        /// leave the document out (the database never reads it).
+        #[arg(long, value_name = "DIGEST", value_parser = parse_digest)]
+        known_digest: Option<String>,
     },
     /// Why a project is or is not current.
     Explain {
@@ -287,6 +291,18 @@ pub struct RunArgs {
     /// Also write the metrics here, atomically (node_exporter's textfile collector).
     #[arg(long, env = "PACKAGE_EXECUTOR_METRICS_FILE")]
     pub metrics_file: Option<PathBuf>,
+}
+
+/// A snapshot digest as the contract spells it (`sha256:` and 64 lowercase hex digits).
+pub fn parse_digest(s: &str) -> Result<String, String> {
+    if crate::model::is_digest(s) {
+        Ok(s.to_owned())
+    } else {
+        Err(format!(
+            "`{s}` is not a snapshot digest: expected sha256: and 64 lowercase hex digits, as \
+             `current --json` prints in snapshotDigest"
+        ))
+    }
 }
 
 /// Parses a humantime duration (`90s`, `10m`).

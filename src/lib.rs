@@ -22,6 +22,7 @@ pub mod quote;
 pub mod rejection;
 pub mod report;
 pub mod revision;
+pub mod source_key;
 pub mod sources;
 pub mod store;
 pub mod verify;

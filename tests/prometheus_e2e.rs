@@ -202,8 +202,8 @@ async fn alerts_fire_and_clear_per_writer_with_the_real_stack() {
     // the next build of demo-2 there.
     db::exec_unchecked(&admin_b, &format!(
         "INSERT INTO ql3.tool_definition_snapshots (project_id, active_vector_digest, definition_digest, \
-         snapshot_digest, package_count, definition_count, canonical_json) \
-         VALUES ('demo-2', '{vector}', '{forged}', '{forged}', 1, 0, decode('7b7d', 'hex'))"
+         snapshot_digest, package_count, definition_count, canonical_json, source_key) \
+         VALUES ('demo-2', '{vector}', '{forged}', '{forged}', 1, 0, decode('7b7d', 'hex'), '0000000000000000')"
     ))
     .await
     .unwrap();

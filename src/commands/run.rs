@@ -324,7 +324,7 @@ pub async fn demo(cli: &Cli) -> anyhow::Result<i32> {
         }
     }
     outln!("\n4. the current snapshot of demo-1 (`package-executor current demo-1`):\n");
-    super::inspect::current(cli, "demo-1", false).await?;
+    super::inspect::current(cli, "demo-1", false, None).await?;
     outln!(
         "\nTry: package-executor explain demo-rejected | package-executor current demo-1 --json"
     );

@@ -7,11 +7,12 @@ use sqlx::postgres::PgRow;
 use sqlx::sqlite::SqliteRow;
 use sqlx::{AssertSqlSafe, Postgres, Row, Sqlite, Transaction};
 
-use super::queries::{CurrentSnapshot, NewestSnapshot, StoredSnapshot};
+use super::queries::{Current, CurrentHead, CurrentSnapshot, NewestSnapshot, StoredSnapshot};
 use super::sql::{self, for_dialect};
 use super::{Dialect, ObservedHead, StoreError};
 use crate::planner::{ActiveHead, Snapshot};
 use crate::rejection::Rejection;
+use crate::source_key::source_key;
 
 /// An open transaction on one connection.
 #[derive(Debug)]
@@ -164,23 +165,55 @@ impl Attempt<'_> {
         &mut self,
         project_id: &str,
     ) -> Result<Option<CurrentSnapshot>, StoreError> {
+        match self.revalidate(project_id, None).await? {
+            None => Ok(None),
+            Some(Current::Changed(c)) => Ok(Some(c)),
+            Some(Current::Unchanged(_)) => Err(StoreError::Other(
+                "the current proof left out a document no one holds; this is a bug, please \
+                 report it"
+                    .into(),
+            )),
+        }
+    }
+
+    /// The conditional door: the current snapshot of a project, without its document when its
+    /// digest is `known` (the copy the caller holds is current; the document is never read).
+    pub async fn revalidate(
+        &mut self,
+        project_id: &str,
+        known: Option<&str>,
+    ) -> Result<Option<Current>, StoreError> {
         on_conn!(self, c, d => {
             let text = match d {
                 Dialect::Postgres => sql::FIND_CURRENT_PG,
                 Dialect::Sqlite => sql::FIND_CURRENT_SQLITE,
             };
-            let row = sqlx::query(for_dialect(d, text)).bind(project_id).fetch_optional(c).await?;
-            match row {
-                None => Ok(None),
-                Some(r) => Ok(Some(CurrentSnapshot {
-                    snapshot_id: r.try_get("snapshot_id")?,
-                    snapshot_digest: r.try_get("snapshot_digest")?,
-                    active_vector_digest: r.try_get("active_vector_digest")?,
-                    definition_digest: r.try_get("definition_digest")?,
-                    canonical_json: r.try_get("canonical_json")?,
-                    committed_at: r.try_get("committed_at")?,
-                })),
-            }
+            let row = sqlx::query(for_dialect(d, text))
+                .bind(project_id)
+                .bind(known)
+                .fetch_optional(c)
+                .await?;
+            let Some(r) = row else {
+                return Ok(None);
+            };
+            let head = CurrentHead {
+                snapshot_id: r.try_get("snapshot_id")?,
+                snapshot_digest: r.try_get("snapshot_digest")?,
+                active_vector_digest: r.try_get("active_vector_digest")?,
+                definition_digest: r.try_get("definition_digest")?,
+                committed_at: r.try_get("committed_at")?,
+            };
+            Ok(Some(match r.try_get::<Option<Vec<u8>>, _>("canonical_json")? {
+                None => Current::Unchanged(head),
+                Some(canonical_json) => Current::Changed(CurrentSnapshot {
+                    snapshot_id: head.snapshot_id,
+                    snapshot_digest: head.snapshot_digest,
+                    active_vector_digest: head.active_vector_digest,
+                    definition_digest: head.definition_digest,
+                    canonical_json,
+                    committed_at: head.committed_at,
+                }),
+            }))
         })
     }
 
@@ -309,6 +342,7 @@ impl Attempt<'_> {
                 .bind(s.sources.len() as i32)
                 .bind(s.definition_count as i32)
                 .bind(s.canonical_json.as_slice())
+                .bind(source_key(&s.sources))
                 .fetch_optional(&mut *c)
                 .await?;
             let Some(row) = inserted else {

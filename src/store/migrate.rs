@@ -42,6 +42,7 @@ pub const POSTGRES: &[Migration] = &[
     migration!("postgres", 9, "0009_revision_slices.sql"),
     migration!("postgres", 10, "0010_proof_lookups.sql"),
     migration!("postgres", 11, "0011_trust_boundaries.sql"),
+    migration!("postgres", 12, "0012_source_key.sql"),
 ];
 
 /// SQLite migrations.
@@ -51,6 +52,7 @@ pub const SQLITE: &[Migration] = &[
     migration!("sqlite", 3, "0003_pending_index.sql"),
     migration!("sqlite", 4, "0004_permissions_trigger.sql"),
     migration!("sqlite", 5, "0005_generation_ledger.sql"),
+    migration!("sqlite", 6, "0006_source_key.sql"),
 ];
 
 /// The six group roles of contract section 8.

@@ -30,7 +30,9 @@ pub use steps::{Appending, ClaimStanding, Opening, Replay};
 pub const PENDING_PAGE_SQL: &str = sql::PENDING_PAGE_PG;
 /// The PostgreSQL open step's text (`$1` project, `$2`/`$3` claim), for tests and EXPLAIN.
 pub const OPEN_SQL: &str = sql::OPEN_PG;
-pub use queries::{CurrentSnapshot, NewestSnapshot, RecordedRejection, StoredSnapshot};
+pub use queries::{
+    Current, CurrentHead, CurrentSnapshot, NewestSnapshot, RecordedRejection, StoredSnapshot,
+};
 
 use crate::planner::ActiveHead;
 

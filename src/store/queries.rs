@@ -19,6 +19,31 @@ pub struct CurrentSnapshot {
     pub committed_at: String,
 }
 
+/// The current snapshot's row without its document (the conditional door's answer when the
+/// caller's copy is current).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CurrentHead {
+    /// Row id.
+    pub snapshot_id: i64,
+    /// `snapshot_digest`.
+    pub snapshot_digest: String,
+    /// `active_vector_digest`.
+    pub active_vector_digest: String,
+    /// `definition_digest`.
+    pub definition_digest: String,
+    /// RFC 3339 UTC with milliseconds.
+    pub committed_at: String,
+}
+
+/// What the conditional door answers for a project that has a current snapshot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Current {
+    /// The caller's copy (the digest it gave) is the current snapshot: no document sent.
+    Unchanged(CurrentHead),
+    /// Another snapshot is current (or the caller gave none): the whole row.
+    Changed(CurrentSnapshot),
+}
+
 /// The newest snapshot of a project, current or not.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NewestSnapshot {
@@ -74,6 +99,19 @@ impl Store {
     ) -> Result<Option<CurrentSnapshot>, StoreError> {
         let mut a = self.begin().await?;
         let found = a.find_current(project_id).await?;
+        a.rollback().await?;
+        Ok(found)
+    }
+
+    /// The conditional door (one statement, in its own short transaction): see
+    /// [`super::Attempt::revalidate`].
+    pub async fn revalidate(
+        &self,
+        project_id: &str,
+        known: Option<&str>,
+    ) -> Result<Option<Current>, StoreError> {
+        let mut a = self.begin().await?;
+        let found = a.revalidate(project_id, known).await?;
         a.rollback().await?;
         Ok(found)
     }

@@ -149,8 +149,8 @@ VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING";
 pub const INSERT_SNAPSHOT: &str = "
 INSERT INTO ql3.tool_definition_snapshots
   (project_id, active_vector_digest, definition_digest, snapshot_digest, package_count,
-   definition_count, canonical_json)
-VALUES ($1, $2, $3, $4, $5, $6, $7)
+   definition_count, canonical_json, source_key)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 ON CONFLICT DO NOTHING
 RETURNING snapshot_id";
 
@@ -229,13 +229,26 @@ ORDER BY src.snapshot_id, src.package_name";
 
 /// The current proof's body in SQLite, shared by its `find_current` and pending scan (PostgreSQL
 /// has the migration's function): `s` is a snapshot of project `PROJECT`; true when its sources
-/// equal the live heads.
+/// equal the live heads. Its first two conditions are an index lookup on the key of the live
+/// heads (see `source_key`), so only the snapshots with that key are compared, whatever the
+/// project's history; the key is built from at most 129 heads, as in PostgreSQL.
 macro_rules! proof {
     ($project:literal) => {
         concat!(
             "s.project_id = ",
             $project,
             "
+  AND s.source_key = (
+    SELECT coalesce(group_concat(substr(k.generation_digest, 8, 8) || substr(k.revision_digest, 8, 8),
+                                 '' ORDER BY k.package_name), '')
+    FROM (SELECT i.package_name, g.generation_digest, g.revision_digest
+          FROM ql3.package_installations AS i
+          LEFT JOIN ql3.package_generations AS g
+            ON g.installation_id = i.installation_id AND g.generation = i.active_generation
+          WHERE i.project_id = ",
+            $project,
+            " AND i.active_generation IS NOT NULL
+          ORDER BY i.package_name LIMIT 129) AS k)
   AND EXISTS (SELECT 1 FROM ql3.projects AS p WHERE p.project_id = ",
             $project,
             ")
@@ -280,10 +293,12 @@ macro_rules! proof {
     };
 }
 
-/// `find_current` in PostgreSQL: the migration's function, one statement.
+/// `find_current` in PostgreSQL: the migration's function, one statement. The document is
+/// left out (NULL) when the current snapshot's digest is `$2`, the one the caller holds (the
+/// conditional door); it is never read then.
 pub const FIND_CURRENT_PG: &str = "
 SELECT f.snapshot_id, f.snapshot_digest, f.active_vector_digest, f.definition_digest,
-       f.canonical_json,
+       CASE WHEN f.snapshot_digest = $2 THEN NULL ELSE f.canonical_json END AS canonical_json,
        to_char(f.committed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') AS committed_at
 FROM ql3.find_current_tool_snapshot($1) AS f";
 
@@ -314,9 +329,12 @@ WHERE (SELECT COUNT(*) FROM matches) = 1"
     };
 }
 
-/// `find_current` in SQLite: the same proof, one statement; more than one match is absent.
+/// `find_current` in SQLite: the same proof, one statement; more than one match is absent. The
+/// document is NULL, and never read, when the snapshot's digest is `$2` (as in PostgreSQL).
 pub const FIND_CURRENT_SQLITE: &str = find_current_sqlite!(
-    ", s.active_vector_digest, s.definition_digest, s.canonical_json, s.committed_at"
+    ", s.active_vector_digest, s.definition_digest,
+     CASE WHEN s.snapshot_digest = $2 THEN NULL ELSE s.canonical_json END AS canonical_json,
+     s.committed_at"
 );
 
 /// SQLite's open step up to the observation, in one statement (the connection's worker thread
@@ -491,7 +509,8 @@ CROSS JOIN LATERAL (
 ) AS rj"
 );
 
-/// Appends in one PostgreSQL statement: the snapshot (`$1`–`$7`, both unique keys arbitrating),
+/// Appends in one PostgreSQL statement: the snapshot (`$1`–`$7` and its key `$15`, both unique
+/// keys arbitrating),
 /// its source rows from parallel arrays (`$8`–`$13`) only when the snapshot row was inserted,
 /// the clearing of the project's mark if it still holds version `$14` (see [`CLEAR_MARK`]; the
 /// caller rolls back on drift or a mismatch, which keeps it), and the second observation, all
@@ -501,8 +520,8 @@ pub const APPEND_PG: &str = concat!(
 WITH ins AS (
   INSERT INTO ql3.tool_definition_snapshots
     (project_id, active_vector_digest, definition_digest, snapshot_digest, package_count,
-     definition_count, canonical_json)
-  VALUES ($1, $2, $3, $4, $5, $6, $7)
+     definition_count, canonical_json, source_key)
+  VALUES ($1, $2, $3, $4, $5, $6, $7, $15)
   ON CONFLICT DO NOTHING
   RETURNING snapshot_id
 ), src AS (

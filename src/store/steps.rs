@@ -27,6 +27,7 @@ use super::sql;
 use super::{Attempt, Dialect, ObservedHead, RecordedRejection, StoreError};
 use crate::planner::{ActiveHead, Snapshot, StoredLength};
 use crate::rejection::RejectionCode;
+use crate::source_key::source_key;
 
 /// What opening an attempt found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -325,6 +326,7 @@ impl Attempt<'_> {
                     .bind(column(|h| &h.lock_digest))
                     .bind(column(|h| &h.revision_digest))
                     .bind(mark)
+                    .bind(source_key(&s.sources))
                     .fetch_one(&mut **tx)
                     .await?;
                 Ok(Appending {
