@@ -112,6 +112,8 @@ contract!(
     a_late_revision_is_built,
     a_revision_missing_row_of_an_older_build_never_stands,
     a_late_revision_rejected_for_its_content_stands,
+    the_proof_finds_the_current_snapshot_among_a_long_history,
+    the_conditional_door_answers_three_ways,
 );
 
 /// What `verify` finds, snapshot by snapshot, read page by page as the command reads them
@@ -1691,4 +1693,341 @@ async fn a_late_revision_rejected_for_its_content_stands(s: Stores) {
         1
     );
     assert_eq!(current_digest(&s.exec, "late").await, None);
+}
+
+/// Adds generation `generation` of `installation` as a copy of its generation `like` with a
+/// generation digest and lock digest of their own (`tag` makes them), staged.
+async fn add_generation(admin: &Store, installation: &str, like: i64, generation: i64, tag: &str) {
+    let gd = format!("'sha256:{}'", format!("{tag:0>8}").repeat(8));
+    let ld = format!("'sha256:{}'", format!("{generation:0>16x}").repeat(4));
+    exec(admin, &format!(
+        "INSERT INTO ql3.package_generations (installation_id, generation, status, generation_digest, \
+         lock_digest, revision_digest, approved_permissions) \
+         SELECT g.installation_id, {generation}, 'staged', {gd}, {ld}, g.revision_digest, g.approved_permissions \
+         FROM ql3.package_generations AS g WHERE g.installation_id = '{installation}' AND g.generation = {like}"
+    ))
+    .await
+    .unwrap();
+}
+
+/// How many of a project's snapshots carry the key of its live heads.
+async fn with_live_key(s: &Stores, project: &str) -> i64 {
+    let key = package_executor::source_key::source_key(&live_heads(&s.exec, project).await);
+    scalar(
+        &s.admin,
+        &format!(
+            "SELECT COUNT(*) FROM ql3.tool_definition_snapshots AS s \
+         WHERE s.project_id = '{project}' AND s.source_key = '{key}'"
+        ),
+    )
+    .await
+}
+
+/// A project with a long history (a package that updates often): the proof finds the current
+/// snapshot by its key among all of them, an earlier vector that comes back makes its earlier
+/// snapshot current again, and two snapshots whose keys match (the same generation and revision
+/// digests under other generation numbers, with other lock digests) are told apart by the full
+/// comparison: only the one whose source rows are the live heads is ever returned.
+async fn the_proof_finds_the_current_snapshot_among_a_long_history(s: Stores) {
+    import(&s.admin, DEMO).await;
+    let first = digest_of(&publish(&s.exec, "demo-1").await);
+    let mut digests = vec![first.clone()];
+    for generation in 10..130 {
+        add_generation(
+            &s.admin,
+            "demo-1-github",
+            2,
+            generation,
+            &generation.to_string(),
+        )
+        .await;
+        sources::activate(&s.admin, "demo-1-github", generation)
+            .await
+            .unwrap();
+        assert_eq!(
+            current_digest(&s.exec, "demo-1").await,
+            None,
+            "generation {generation}"
+        );
+        let d = digest_of(&publish(&s.exec, "demo-1").await);
+        assert_eq!(current_digest(&s.exec, "demo-1").await, Some(d.clone()));
+        digests.push(d);
+    }
+    assert_eq!(
+        scalar(
+            &s.admin,
+            "SELECT COUNT(*) FROM ql3.tool_definition_snapshots WHERE project_id = 'demo-1'"
+        )
+        .await,
+        121
+    );
+    assert_eq!(
+        with_live_key(&s, "demo-1").await,
+        1,
+        "the key is the live vector's alone"
+    );
+    // The first vector again: its snapshot, 120 snapshots back, is current again.
+    sources::activate(&s.admin, "demo-1-github", 2)
+        .await
+        .unwrap();
+    assert_eq!(current_digest(&s.exec, "demo-1").await, Some(first.clone()));
+    assert_eq!(publish(&s.exec, "demo-1").await.name(), "already-current");
+    // One from the middle of the history, too.
+    sources::activate(&s.admin, "demo-1-github", 70)
+        .await
+        .unwrap();
+    assert_eq!(
+        current_digest(&s.exec, "demo-1").await,
+        Some(digests[61].clone())
+    );
+
+    // Twins: generation 200 repeats generation 70's generation and revision digests (so its
+    // vector has the same key) with its own lock digest.
+    add_generation(&s.admin, "demo-1-github", 70, 200, "70").await;
+    sources::activate(&s.admin, "demo-1-github", 200)
+        .await
+        .unwrap();
+    assert_eq!(
+        with_live_key(&s, "demo-1").await,
+        1,
+        "generation 70's snapshot has this key"
+    );
+    assert_eq!(
+        current_digest(&s.exec, "demo-1").await,
+        None,
+        "a snapshot whose key matches but whose source rows differ is never current"
+    );
+    let twin = digest_of(&publish(&s.exec, "demo-1").await);
+    assert_ne!(twin, digests[61]);
+    assert_eq!(with_live_key(&s, "demo-1").await, 2, "two candidates now");
+    assert_eq!(current_digest(&s.exec, "demo-1").await, Some(twin.clone()));
+    sources::activate(&s.admin, "demo-1-github", 70)
+        .await
+        .unwrap();
+    assert_eq!(
+        current_digest(&s.exec, "demo-1").await,
+        Some(digests[61].clone())
+    );
+    assert_pending_is_not_current(&s.exec, "after the twins").await;
+    sources::activate(&s.admin, "demo-1-github", 200)
+        .await
+        .unwrap();
+    assert_eq!(current_digest(&s.exec, "demo-1").await, Some(twin));
+}
+
+/// The conditional door: the copy the caller holds is current (no document), another snapshot
+/// is current (the whole row), none is (nothing). On PostgreSQL the consumer's SQL door too.
+async fn the_conditional_door_answers_three_ways(s: Stores) {
+    use package_executor::store::Current;
+    import(&s.admin, DEMO).await;
+    let old = digest_of(&publish(&s.exec, "demo-1").await);
+    let full = s.exec.find_current("demo-1").await.unwrap().unwrap();
+    match s.exec.revalidate("demo-1", Some(&old)).await.unwrap() {
+        Some(Current::Unchanged(head)) => {
+            assert_eq!(head.snapshot_digest, old);
+            assert_eq!(head.committed_at, full.committed_at);
+            assert_eq!(head.active_vector_digest, full.active_vector_digest);
+        }
+        other => panic!("the held copy is current: {other:?}"),
+    }
+    match s.exec.revalidate("demo-1", None).await.unwrap() {
+        Some(Current::Changed(c)) => assert_eq!(c, full),
+        other => panic!("no copy held: {other:?}"),
+    }
+    sources::activate(&s.admin, "demo-1-github", 3)
+        .await
+        .unwrap();
+    assert_eq!(
+        s.exec.revalidate("demo-1", Some(&old)).await.unwrap(),
+        None,
+        "none is current"
+    );
+    let new = digest_of(&publish(&s.exec, "demo-1").await);
+    match s.exec.revalidate("demo-1", Some(&old)).await.unwrap() {
+        Some(Current::Changed(c)) => {
+            assert_eq!(c.snapshot_digest, new);
+            assert_eq!(
+                package_executor::model::Digest::of(&c.canonical_json).as_str(),
+                new
+            );
+        }
+        other => panic!("another snapshot is current: {other:?}"),
+    }
+    if let Some(pool) = s.admin.pg_pool() {
+        let door = async |known: Option<&str>| -> Option<(String, Option<Vec<u8>>)> {
+            sqlx::query_as(
+                "SELECT snapshot_digest, canonical_json FROM ql3.current_tool_snapshot($1, $2)",
+            )
+            .bind("demo-1")
+            .bind(known)
+            .fetch_optional(&pool)
+            .await
+            .unwrap()
+        };
+        let (d, doc) = door(Some(&new)).await.unwrap();
+        assert_eq!((d.as_str(), doc), (new.as_str(), None));
+        let (d, doc) = door(Some(&old)).await.unwrap();
+        assert_eq!(d, new);
+        assert_eq!(
+            package_executor::model::Digest::of(&doc.unwrap()).as_str(),
+            new
+        );
+        let (_, doc) = door(None).await.unwrap();
+        assert!(doc.is_some(), "a NULL digest is no copy");
+        sources::activate(&s.admin, "demo-1-github", 1)
+            .await
+            .unwrap();
+        assert_eq!(door(Some(&new)).await, None);
+    }
+}
+
+/// A snapshot as an executor from before the key wrote it: every column but `source_key`, with
+/// its source rows, in one transaction.
+async fn insert_without_key(store: &Store, snap: &planner::Snapshot) {
+    let hex: String = snap
+        .canonical_json
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let blob = match store.dialect() {
+        Dialect::Postgres => format!("decode('{hex}', 'hex')"),
+        Dialect::Sqlite => format!("X'{hex}'"),
+    };
+    let row = format!(
+        "INSERT INTO ql3.tool_definition_snapshots (project_id, active_vector_digest, \
+         definition_digest, snapshot_digest, package_count, definition_count, canonical_json) \
+         VALUES ('{}', '{}', '{}', '{}', {}, {}, {blob})",
+        snap.project_id,
+        snap.active_vector_digest.as_str(),
+        snap.definition_digest.as_str(),
+        snap.snapshot_digest.as_str(),
+        snap.sources.len(),
+        snap.definition_count
+    );
+    let values: Vec<String> = snap
+        .sources
+        .iter()
+        .map(|h| {
+            format!(
+                "('{}', '{}', {}, '{}', '{}', '{}')",
+                h.package_name,
+                h.installation_id,
+                h.generation,
+                h.generation_digest,
+                h.lock_digest,
+                h.revision_digest
+            )
+        })
+        .collect();
+    let sources = |id: &str| {
+        format!(
+            "INSERT INTO ql3.tool_definition_snapshot_sources \
+             SELECT {id}, v.* FROM (VALUES {}) AS v",
+            values.join(", ")
+        )
+    };
+    match store.dialect() {
+        Dialect::Postgres => {
+            let by_digest = format!("(SELECT s.snapshot_id FROM s)");
+            let text = format!(
+                "WITH s AS ({row} RETURNING snapshot_id) {}",
+                sources(&by_digest)
+            );
+            exec(store, if values.is_empty() { &row } else { &text })
+                .await
+                .unwrap();
+        }
+        Dialect::Sqlite => {
+            exec(store, &row).await.unwrap();
+            if !values.is_empty() {
+                let id = format!(
+                    "(SELECT s.snapshot_id FROM ql3.tool_definition_snapshots AS s \
+                     WHERE s.snapshot_digest = '{}')",
+                    snap.snapshot_digest.as_str()
+                );
+                exec(store, &sources(&id)).await.unwrap();
+            }
+        }
+    }
+}
+
+/// A database from before the key (PostgreSQL migration 11, SQLite 5) with snapshots as the
+/// executor wrote them then, history included: the migration gives each its key without
+/// changing a digest or a byte, each project's snapshot is still found current (the old one of
+/// demo-1 too, once its vector comes back), and a run afterwards publishes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshots_from_before_the_key_stay_current() {
+    within(async {
+        let cluster = pg::cluster();
+        let admin = connect(&cluster.url("postgres")).await;
+        sqlx::query("CREATE DATABASE before_the_key")
+            .execute(&admin.pg_pool().unwrap())
+            .await
+            .unwrap();
+        admin.close().await;
+        let pg = connect(&cluster.url("before_the_key")).await;
+        let dir = tempfile::tempdir().unwrap();
+        let lite = connect(&format!("sqlite://{}", dir.path().join("k.db").display())).await;
+        for (store, before) in [(&pg, 11), (&lite, 5)] {
+            store.migrate(false, Some(before)).await.unwrap();
+            import(store, DEMO).await;
+            let stores = Stores {
+                admin: store.clone(),
+                exec: store.clone(),
+                exec_url: String::new(),
+            };
+            let projects = ["demo-1", "demo-2", "demo-empty"];
+            for p in projects {
+                insert_without_key(store, &planned(store, p).await).await;
+            }
+            // History: demo-1 at generation 3, then back at 2, whose snapshot is the older.
+            sources::activate(store, "demo-1-github", 3).await.unwrap();
+            insert_without_key(store, &planned(store, "demo-1").await).await;
+            sources::activate(store, "demo-1-github", 2).await.unwrap();
+            let stored = snapshots_of(store).await;
+            assert_eq!(stored.len(), 4);
+
+            store.migrate(false, None).await.unwrap();
+            assert_eq!(
+                snapshots_of(store).await,
+                stored,
+                "no digest and no byte changed"
+            );
+            for p in projects {
+                let c = store
+                    .find_current(p)
+                    .await
+                    .unwrap()
+                    .unwrap_or_else(|| panic!("{p}"));
+                assert_eq!(
+                    scalar(
+                        store,
+                        &format!(
+                            "SELECT COUNT(*) FROM ql3.tool_definition_snapshots AS s \
+                         WHERE s.snapshot_id = {} AND s.source_key = '{}'",
+                            c.snapshot_id,
+                            package_executor::source_key::source_key(&live_heads(store, p).await)
+                        )
+                    )
+                    .await,
+                    1,
+                    "{p}: the migration's key is the executor's"
+                );
+            }
+            let summary = run_all(store, true).await;
+            assert_eq!(summary.exit_code, 0, "{summary:?}");
+            assert_eq!(
+                snapshots_of(store).await.len(),
+                4,
+                "nothing republished: {summary:?}"
+            );
+            sources::activate(store, "demo-1-github", 3).await.unwrap();
+            assert!(store.find_current("demo-1").await.unwrap().is_some());
+            assert_eq!(
+                publish(&stores.exec, "demo-1").await.name(),
+                "already-current"
+            );
+        }
+    })
+    .await;
 }
