@@ -29,8 +29,13 @@ ALTER TABLE ql3.tool_definition_snapshots ALTER COLUMN source_key SET NOT NULL;
 -- 16 characters a source row (at most 2,048, well inside a btree entry).
 ALTER TABLE ql3.tool_definition_snapshots ADD CONSTRAINT tool_definition_snapshots_source_key_format
   CHECK (length(source_key) = 16 * package_count);
+-- The proof looks its candidates up by this expression, which only this index answers: with
+-- `project_id = …` and `source_key = …` apart, the planner, pricing every path alike on empty
+-- tables, took the (project_id, active_vector_digest) key or the primary key instead and read
+-- every snapshot of the project, or of the table, for as long as that plan was kept. A space
+-- never occurs in a project id or a key, so the pair is spelled without ambiguity.
 CREATE INDEX tool_definition_snapshots_source_key
-  ON ql3.tool_definition_snapshots (project_id, source_key);
+  ON ql3.tool_definition_snapshots ((project_id || ' ' || source_key));
 
 -- 2. The database checks the key of every new snapshot, with its digests (migration 11).
 CREATE OR REPLACE FUNCTION ql3.check_snapshot() RETURNS trigger
@@ -108,11 +113,13 @@ BEGIN
 END
 $$;
 
--- 3. The proof, unchanged in meaning (migration 10), with one more condition that an index
--- answers: the candidate's key equals the live heads' key. The key is built from the first 129
--- heads at most (a project with more can have no current snapshot: package_count is at most
--- 128), so a project with many heads costs no more than one with 129. The innermost EXISTS stay
--- per-row lookups (OFFSET 0, migration 10). Still inlinable: no SET clause.
+-- 3. The proof, unchanged in meaning (migration 10), with its candidates found by index: the
+-- project and the live heads' key (the project's own condition is part of that expression). The
+-- key is built from the first 129 heads at most (a project with more can have no current
+-- snapshot: package_count is at most 128), so a project with many heads costs no more than one
+-- with 129. Every EXISTS stays a per-row subquery (OFFSET 0, migration 10): as joins, the two
+-- outer ones made an order by snapshot_id worth having, and the primary key's full scan came
+-- back into the planner's choice. Still inlinable: no SET clause.
 CREATE OR REPLACE FUNCTION ql3.find_current_tool_snapshot(p_project_id text)
 RETURNS TABLE (
   snapshot_id bigint,
@@ -136,8 +143,7 @@ AS $$
     SELECT s.snapshot_id, s.snapshot_digest, s.active_vector_digest, s.definition_digest,
            s.canonical_json, s.committed_at
     FROM ql3.tool_definition_snapshots AS s
-    WHERE s.project_id = p_project_id
-      AND s.source_key = (
+    WHERE (s.project_id || ' ' || s.source_key) = p_project_id || ' ' || (
         SELECT coalesce(string_agg(substr(k.generation_digest, 8, 8)
                                    || substr(k.revision_digest, 8, 8), '' ORDER BY k.package_name), '')
         FROM (SELECT l.package_name, l.generation_digest, l.revision_digest
@@ -156,7 +162,8 @@ AS $$
             AND src.generation_digest = l.generation_digest
             AND src.lock_digest = l.lock_digest
             AND src.revision_digest = l.revision_digest
-          OFFSET 0))
+          OFFSET 0)
+        OFFSET 0)
       AND NOT EXISTS (
         SELECT 1 FROM ql3.tool_definition_snapshot_sources AS src
         WHERE src.snapshot_id = s.snapshot_id
@@ -168,7 +175,8 @@ AS $$
               AND l.generation_digest = src.generation_digest
               AND l.lock_digest = src.lock_digest
               AND l.revision_digest = src.revision_digest
-            OFFSET 0))
+            OFFSET 0)
+        OFFSET 0)
   )
   SELECT m.snapshot_id, m.snapshot_digest, m.active_vector_digest, m.definition_digest,
          m.canonical_json, m.committed_at
@@ -178,7 +186,9 @@ $$;
 
 -- 4. The consumer's doors in PL/pgSQL, which keeps each statement's plan for the session: a
 -- SQL function that cannot be inlined (SECURITY DEFINER, a SET clause) was planned again on
--- every call before PostgreSQL 18, a few milliseconds each. The one-argument door returns the
+-- every call before PostgreSQL 18, a few milliseconds each. A kept plan must not depend on the
+-- statistics of the moment (it may be made while the tables are empty), so the doors price
+-- out what the executor's sessions do and what the checks do (migrations 8 and 11). The one-argument door returns the
 -- current snapshot; the two-argument door returns the same row with `canonical_json` NULL when
 -- the current snapshot's digest is the one the caller already holds (snapshots are immutable,
 -- so its copy is still good), which never reads the document. A NULL digest is no copy.
@@ -192,6 +202,7 @@ RETURNS TABLE (
 )
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
 AS $$
 #variable_conflict use_column
 BEGIN
@@ -212,6 +223,7 @@ RETURNS TABLE (
 )
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
 AS $$
 #variable_conflict use_column
 BEGIN
