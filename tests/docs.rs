@@ -368,6 +368,7 @@ fn the_pure_core_does_no_io_and_the_store_knows_no_coordinator() {
         "revision/mod.rs",
         "revision/stream.rs",
         "planner.rs",
+        "source_key.rs",
         "verify.rs",
     ];
     let io = [

@@ -195,7 +195,11 @@ async fn the_proof_keeps_to_keys_on_empty_and_long_histories() {
              FROM s CROSS JOIN (VALUES ('acme.docs'), ('acme.github')) AS p(name)"
         );
         let mut failures = Vec::new();
-        for state in ["empty, never analyzed", "empty, analyzed", "3,000 snapshots, analyzed"] {
+        for state in [
+            "empty, never analyzed",
+            "empty, analyzed",
+            "3,000 snapshots, analyzed",
+        ] {
             match state {
                 "empty, analyzed" => {
                     sqlx::query("ANALYZE").execute(&pool).await.unwrap();

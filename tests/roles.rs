@@ -141,6 +141,7 @@ async fn privilege_matrix() {
             ops.push(("EXECUTE", "fn:clear_pending_mark".into(), "SELECT ql3.clear_pending_mark('demo-1', 0)".into()));
             ops.push(("EXECUTE", "fn:find_current_tool_snapshot".into(), "SELECT * FROM ql3.find_current_tool_snapshot('demo-1')".into()));
             ops.push(("EXECUTE", "fn:current_tool_snapshot".into(), "SELECT * FROM ql3.current_tool_snapshot('demo-1')".into()));
+            ops.push(("EXECUTE", "fn:current_tool_snapshot".into(), "SELECT * FROM ql3.current_tool_snapshot('demo-1', NULL)".into()));
             ops.push(("CREATE", "schema:ql3".into(), "CREATE TABLE ql3.matrix_probe (x int)".into()));
             ops.push(("CREATE", "schema:public".into(), "CREATE TABLE public.matrix_probe (x int)".into()));
             ops.push(("DISABLE TRIGGER", "tool_definition_snapshots".into(), "ALTER TABLE ql3.tool_definition_snapshots DISABLE TRIGGER tool_definition_snapshots_append_only".into()));
@@ -212,6 +213,7 @@ async fn catalog_is_locked_down() {
     for call in [
         "ql3.find_current_tool_snapshot('demo-1')",
         "ql3.current_tool_snapshot('demo-1')",
+        "ql3.current_tool_snapshot('demo-1', NULL)",
     ] {
         let plan: Vec<String> =
             sqlx::query_scalar(sqlx::AssertSqlSafe(format!("EXPLAIN SELECT * FROM {call}")))
@@ -230,6 +232,7 @@ async fn catalog_is_locked_down() {
             "add_project_claims",
             "clear_pending_mark",
             "current_tool_snapshot",
+            "current_tool_snapshot",
             "hold_generation_keys",
             "mark_generations",
             "mark_installations",
@@ -237,7 +240,7 @@ async fn catalog_is_locked_down() {
             "mark_projects",
             "mark_revisions"
         ],
-        "only the consumer's door, the pending index's markers and mark clearing, and the \
+        "only the consumer's two doors, the pending index's markers and mark clearing, and the \
          triggers that keep claims and generation keys are SECURITY DEFINER"
     );
     // The markers and keepers are trigger functions (and their helper): nobody may call them
