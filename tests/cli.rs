@@ -169,6 +169,29 @@ fn demo_then_inspect_on_sqlite() {
     assert_eq!(at.len(), 24);
     assert!(at.ends_with('Z') && at.as_bytes()[19] == b'.');
 
+    // The conditional door: the copy held is current (no document), another copy (the
+    // document), a digest that is not one (a usage error), a project without a current snapshot.
+    let held = v["snapshotDigest"].as_str().unwrap().to_owned();
+    let o = with(&["current", "demo-1", "--json", "--known-digest", &held]);
+    assert_eq!(code(&o), 0);
+    let u: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(u["unchanged"], true);
+    assert_eq!(u["snapshot"], serde_json::Value::Null);
+    assert_eq!((&u["snapshotDigest"], &u["committedAt"]), (&v["snapshotDigest"], &v["committedAt"]));
+    let o = with(&["current", "demo-1", "--known-digest", &held]);
+    let text = String::from_utf8(o.stdout).unwrap();
+    assert!(text.contains(&format!("snapshot {held} is still current")), "{text}");
+    let other = format!("sha256:{}", "0".repeat(64));
+    let o = with(&["current", "demo-1", "--json", "--known-digest", &other]);
+    assert_eq!(code(&o), 0);
+    let c: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(c["unchanged"], false);
+    assert_eq!(c["snapshot"], v["snapshot"]);
+    let o = with(&["current", "demo-1", "--known-digest", "sha256:ABC"]);
+    assert_eq!(code(&o), 2);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("is not a snapshot digest"));
+    assert_eq!(code(&with(&["current", "demo-rejected", "--known-digest", &held])), 4);
+
     assert_eq!(code(&with(&["current", "demo-rejected"])), 4);
     let o = with(&["publish", "demo-rejected", "--json"]);
     assert_eq!(code(&o), 6);

@@ -197,10 +197,16 @@ fn json_shapes_match_what_the_binary_prints() {
     assert!(summary["shard"]["index"].is_u64() && summary["shard"]["count"].is_u64());
 
     let current = exe(&db, &["current", "demo-1", "--json"]);
-    ok_json(&current);
+    let held = ok_json(&current)["snapshotDigest"].as_str().unwrap().to_owned();
     assert_eq!(
         documented_keys(&json_after(&doc, "json:current")),
         printed_keys(&current)
+    );
+    let unchanged = exe(&db, &["current", "demo-1", "--json", "--known-digest", &held]);
+    ok_json(&unchanged);
+    assert_eq!(
+        documented_keys(&json_after(&doc, "json:current-unchanged")),
+        printed_keys(&unchanged)
     );
 
     // Every member publish prints is documented, in the documented order; a rejection and a
