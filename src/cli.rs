@@ -96,7 +96,7 @@ pub enum Command {
         json: bool,
         /// The snapshot digest of the copy you hold: when it is still current, say so and
         /// leave the document out (the database never reads it).
-        #[arg(long, value_name = "DIGEST", value_parser = parse_digest)]
+        #[arg(long, value_name = "DIGEST", value_parser = parse_digest, env = "PACKAGE_EXECUTOR_KNOWN_DIGEST")]
         known_digest: Option<String>,
     },
     /// Why a project is or is not current.

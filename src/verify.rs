@@ -1,11 +1,12 @@
 //! Re-proving a stored snapshot from its own bytes: the three digests, canonical form, counts,
-//! and its source rows against its document. Pure; `verify` feeds it rows.
+//! its source rows against its document, and the key the proof finds it by. Pure; `verify` feeds it rows.
 
 use serde_json::Value;
 
 use crate::canonical;
 use crate::model::Digest;
 use crate::planner::{self, ActiveHead};
+use crate::source_key::source_key;
 use crate::store::StoredSnapshot;
 
 fn text(v: &Value, key: &str) -> String {
@@ -127,6 +128,14 @@ pub fn problems(s: &StoredSnapshot) -> Vec<String> {
     sources.sort_by(|a, b| a.package_name.cmp(&b.package_name));
     if sources != vector {
         out.push("source rows differ from the document's active vector".into());
+    }
+    let key = source_key(&s.sources);
+    if s.source_key != key {
+        out.push(format!(
+            "source_key is {:?} but its source rows' key is {key:?}: the current proof cannot \
+             find it",
+            s.source_key
+        ));
     }
     out
 }

@@ -177,10 +177,16 @@ fn demo_then_inspect_on_sqlite() {
     let u: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(u["unchanged"], true);
     assert_eq!(u["snapshot"], serde_json::Value::Null);
-    assert_eq!((&u["snapshotDigest"], &u["committedAt"]), (&v["snapshotDigest"], &v["committedAt"]));
+    assert_eq!(
+        (&u["snapshotDigest"], &u["committedAt"]),
+        (&v["snapshotDigest"], &v["committedAt"])
+    );
     let o = with(&["current", "demo-1", "--known-digest", &held]);
     let text = String::from_utf8(o.stdout).unwrap();
-    assert!(text.contains(&format!("snapshot {held} is still current")), "{text}");
+    assert!(
+        text.contains(&format!("snapshot {held} is still current")),
+        "{text}"
+    );
     let other = format!("sha256:{}", "0".repeat(64));
     let o = with(&["current", "demo-1", "--json", "--known-digest", &other]);
     assert_eq!(code(&o), 0);
@@ -190,7 +196,15 @@ fn demo_then_inspect_on_sqlite() {
     let o = with(&["current", "demo-1", "--known-digest", "sha256:ABC"]);
     assert_eq!(code(&o), 2);
     assert!(String::from_utf8_lossy(&o.stderr).contains("is not a snapshot digest"));
-    assert_eq!(code(&with(&["current", "demo-rejected", "--known-digest", &held])), 4);
+    assert_eq!(
+        code(&with(&[
+            "current",
+            "demo-rejected",
+            "--known-digest",
+            &held
+        ])),
+        4
+    );
 
     assert_eq!(code(&with(&["current", "demo-rejected"])), 4);
     let o = with(&["publish", "demo-rejected", "--json"]);

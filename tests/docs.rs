@@ -197,12 +197,18 @@ fn json_shapes_match_what_the_binary_prints() {
     assert!(summary["shard"]["index"].is_u64() && summary["shard"]["count"].is_u64());
 
     let current = exe(&db, &["current", "demo-1", "--json"]);
-    let held = ok_json(&current)["snapshotDigest"].as_str().unwrap().to_owned();
+    let held = ok_json(&current)["snapshotDigest"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     assert_eq!(
         documented_keys(&json_after(&doc, "json:current")),
         printed_keys(&current)
     );
-    let unchanged = exe(&db, &["current", "demo-1", "--json", "--known-digest", &held]);
+    let unchanged = exe(
+        &db,
+        &["current", "demo-1", "--json", "--known-digest", &held],
+    );
     ok_json(&unchanged);
     assert_eq!(
         documented_keys(&json_after(&doc, "json:current-unchanged")),

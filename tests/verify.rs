@@ -34,6 +34,7 @@ fn stored() -> StoredSnapshot {
         package_count: s.sources.len() as i64,
         definition_count: s.definition_count as i64,
         canonical_json: s.canonical_json,
+        source_key: package_executor::source_key::source_key(&s.sources),
         // Source rows do not keep the approved permissions.
         sources: s
             .sources
@@ -99,6 +100,10 @@ fn each_column_is_checked_against_the_bytes() {
     only(&s, "definition_count 2 but the document has 3");
 
     let mut s = stored();
+    s.source_key = "0".repeat(32);
+    only(&s, "source_key is");
+
+    let mut s = stored();
     s.project_id = "p2".into();
     let found = problems(&s);
     assert!(
@@ -112,6 +117,19 @@ fn source_rows_must_be_the_documents_vector() {
     let mut s = stored();
     s.sources[1].generation = 2;
     only(&s, "source rows differ from the document's active vector");
+
+    // A source row with another revision: neither the document's nor the key's.
+    let mut s = stored();
+    s.sources[1].revision_digest = Digest::of(b"other").as_str().to_owned();
+    let found = problems(&s);
+    assert!(
+        found.iter().any(|p| p.contains("source rows differ")),
+        "{found:?}"
+    );
+    assert!(
+        found.iter().any(|p| p.contains("source_key is")),
+        "{found:?}"
+    );
 
     // Stored in any order, the rows are the same set.
     let mut s = stored();

@@ -500,6 +500,7 @@ impl Attempt<'_> {
                         package_count: r.try_get("package_count")?,
                         definition_count: r.try_get("definition_count")?,
                         canonical_json: r.try_get("canonical_json")?,
+                        source_key: r.try_get("source_key")?,
                         sources: Vec::new(),
                     })
                 })

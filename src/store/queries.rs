@@ -87,6 +87,8 @@ pub struct StoredSnapshot {
     pub definition_count: i64,
     /// The stored document.
     pub canonical_json: Vec<u8>,
+    /// `source_key`: what the current proof finds the snapshot by.
+    pub source_key: String,
     /// Source rows (approved permissions empty: sources do not keep them).
     pub sources: Vec<crate::planner::ActiveHead>,
 }

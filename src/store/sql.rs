@@ -176,10 +176,11 @@ macro_rules! snapshot_page {
         concat!(
             "
 SELECT page.snapshot_id, page.project_id, page.snapshot_digest, page.active_vector_digest,
-       page.definition_digest, page.package_count, page.definition_count, page.canonical_json
+       page.definition_digest, page.package_count, page.definition_count, page.canonical_json,
+       page.source_key
 FROM (
   SELECT s.snapshot_id, s.project_id, s.snapshot_digest, s.active_vector_digest,
-         s.definition_digest, CAST(s.package_count AS BIGINT) AS package_count,
+         s.definition_digest, s.source_key, CAST(s.package_count AS BIGINT) AS package_count,
          CAST(s.definition_count AS BIGINT) AS definition_count, s.canonical_json,
          sum(LENGTH_FN(s.canonical_json)) OVER (ORDER BY s.snapshot_id)
            - LENGTH_FN(s.canonical_json) AS bytes_before
