@@ -113,13 +113,20 @@ BEGIN
 END
 $$;
 
--- 3. The proof, unchanged in meaning (migration 10), with its candidates found by index: the
--- project and the live heads' key (the project's own condition is part of that expression). The
--- key is built from the first 129 heads at most (a project with more can have no current
--- snapshot: package_count is at most 128), so a project with many heads costs no more than one
--- with 129. Every EXISTS stays a per-row subquery (OFFSET 0, migration 10): as joins, the two
--- outer ones made an order by snapshot_id worth having, and the primary key's full scan came
--- back into the planner's choice. Still inlinable: no SET clause.
+-- 3. The proof, unchanged in meaning (migration 10), in a shape whose cost follows the live
+-- vector:
+-- - Its candidates are found by index: the project and the live heads' key, as one expression
+--   (the project's own condition is part of it). The key is NULL, so nothing is found, for a
+--   project with more than 128 heads: package_count is at most 128.
+-- - The six-column comparison, both ways, is one comparison of two texts: the candidate's
+--   source rows and the live heads, each row's six columns joined by '|', the rows by ',', in
+--   package order. Every column is format-checked on both sides, so neither character occurs
+--   in one and the text spells the rows without ambiguity; package names are unique on both
+--   sides, so equal texts are equal sets of rows. (Row by row, the way back looked each source
+--   row up in the live heads, a scan of them each: 128 x 128 comparisons for 128 packages.)
+-- - The subqueries stay per-row subqueries (OFFSET 0, migration 10), not joins: as joins, an
+--   order by snapshot_id was worth having, and the primary key's full scan came back.
+-- Still inlinable: no SET clause.
 CREATE OR REPLACE FUNCTION ql3.find_current_tool_snapshot(p_project_id text)
 RETURNS TABLE (
   snapshot_id bigint,
@@ -144,39 +151,25 @@ AS $$
            s.canonical_json, s.committed_at
     FROM ql3.tool_definition_snapshots AS s
     WHERE (s.project_id || ' ' || s.source_key) = p_project_id || ' ' || (
-        SELECT coalesce(string_agg(substr(k.generation_digest, 8, 8)
-                                   || substr(k.revision_digest, 8, 8), '' ORDER BY k.package_name), '')
-        FROM (SELECT l.package_name, l.generation_digest, l.revision_digest
-              FROM live AS l ORDER BY l.package_name LIMIT 129) AS k)
+        SELECT CASE WHEN count(*) <= 128
+                    THEN coalesce(string_agg(substr(k.generation_digest, 8, 8)
+                                             || substr(k.revision_digest, 8, 8),
+                                             '' ORDER BY k.package_name COLLATE "C"), '') END
+        FROM live AS k)
       AND EXISTS (SELECT 1 FROM ql3.projects AS p WHERE p.project_id = p_project_id)
       AND s.package_count = (SELECT count(*) FROM live)
       AND NOT EXISTS (SELECT 1 FROM live AS l WHERE l.status IS DISTINCT FROM 'active')
-      AND NOT EXISTS (
-        SELECT 1 FROM live AS l
-        WHERE NOT EXISTS (
-          SELECT 1 FROM ql3.tool_definition_snapshot_sources AS src
-          WHERE src.snapshot_id = s.snapshot_id
-            AND src.package_name = l.package_name
-            AND src.installation_id = l.installation_id
-            AND src.generation = l.generation
-            AND src.generation_digest = l.generation_digest
-            AND src.lock_digest = l.lock_digest
-            AND src.revision_digest = l.revision_digest
-          OFFSET 0)
-        OFFSET 0)
-      AND NOT EXISTS (
-        SELECT 1 FROM ql3.tool_definition_snapshot_sources AS src
-        WHERE src.snapshot_id = s.snapshot_id
-          AND NOT EXISTS (
-            SELECT 1 FROM live AS l
-            WHERE l.package_name = src.package_name
-              AND l.installation_id = src.installation_id
-              AND l.generation = src.generation
-              AND l.generation_digest = src.generation_digest
-              AND l.lock_digest = src.lock_digest
-              AND l.revision_digest = src.revision_digest
-            OFFSET 0)
-        OFFSET 0)
+      AND (SELECT coalesce(string_agg(src.package_name || '|' || src.installation_id || '|'
+                                      || src.generation || '|' || src.generation_digest || '|'
+                                      || src.lock_digest || '|' || src.revision_digest,
+                                      ',' ORDER BY src.package_name COLLATE "C"), '')
+           FROM ql3.tool_definition_snapshot_sources AS src
+           WHERE src.snapshot_id = s.snapshot_id)
+        = (SELECT coalesce(string_agg(l.package_name || '|' || l.installation_id || '|'
+                                      || l.generation || '|' || l.generation_digest || '|'
+                                      || l.lock_digest || '|' || l.revision_digest,
+                                      ',' ORDER BY l.package_name COLLATE "C"), '')
+           FROM live AS l)
   )
   SELECT m.snapshot_id, m.snapshot_digest, m.active_vector_digest, m.definition_digest,
          m.canonical_json, m.committed_at
@@ -188,7 +181,9 @@ $$;
 -- SQL function that cannot be inlined (SECURITY DEFINER, a SET clause) was planned again on
 -- every call before PostgreSQL 18, a few milliseconds each. A kept plan must not depend on the
 -- statistics of the moment (it may be made while the tables are empty), so the doors price
--- out what the executor's sessions do and what the checks do (migrations 8 and 11). The one-argument door returns the
+-- out what the executor's sessions do and what the checks do (migrations 8 and 11), and use
+-- the generic plan from the first call, as the executor does: left to choose, PostgreSQL
+-- planned every call afresh (a custom plan for each project id), which cost twice the proof. The one-argument door returns the
 -- current snapshot; the two-argument door returns the same row with `canonical_json` NULL when
 -- the current snapshot's digest is the one the caller already holds (snapshots are immutable,
 -- so its copy is still good), which never reads the document. A NULL digest is no copy.
@@ -203,6 +198,7 @@ RETURNS TABLE (
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
+SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 BEGIN
@@ -224,6 +220,7 @@ RETURNS TABLE (
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
+SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 BEGIN
