@@ -13,7 +13,9 @@
 //! - the executor's attempt on a current project (`publish`: claim, observation, proof), mean;
 //!
 //! and, for one project whose current snapshot is 4 MiB, the full door against the conditional
-//! door given the current digest. `PE_DOOR_SECONDS` sets each timed window (default 2).
+//! door given the current digest. `PE_DOOR_SECONDS` sets each timed window (default 1),
+//! `PE_DOOR_ROUNDS` the rounds of interleaved latency windows whose medians are reported
+//! (default 5), `PE_DOOR_HISTORIES` the histories (default `1,2000,10000`).
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs, dead_code)]
 
 #[path = "../tests/support/pg.rs"]
@@ -53,7 +55,7 @@ fn seconds() -> Duration {
         std::env::var("PE_DOOR_SECONDS")
             .ok()
             .and_then(|v| v.parse().ok())
-            .unwrap_or(2.0),
+            .unwrap_or(1.0),
     )
 }
 
@@ -242,6 +244,36 @@ async fn cost(url: &str, text: &'static str, project: &str, arg: Arg) -> Cost {
     }
 }
 
+/// One client's mean latency (seconds) over one window.
+async fn mean(url: &str, text: &'static str, project: &str, arg: &Arg) -> f64 {
+    let (calls, took) = window(url, text, project, arg, 1).await;
+    took.as_secs_f64() / calls.max(1) as f64
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// The histories measured (`PE_DOOR_HISTORIES`, default `1,2000,10000`; the first is the base
+/// of the ratios).
+fn histories() -> Vec<u32> {
+    std::env::var("PE_DOOR_HISTORIES")
+        .unwrap_or_else(|_| "1,2000,10000".into())
+        .split(',')
+        .map(|h| h.trim().parse().unwrap())
+        .collect()
+}
+
+/// Rounds of the interleaved latency windows (`PE_DOOR_ROUNDS`, default 5).
+fn rounds() -> usize {
+    std::env::var("PE_DOOR_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5usize)
+        .max(1)
+}
+
 /// The executor's attempt on a current project, mean of back-to-back `publish` calls.
 async fn attempt(url: &str, project: &str) -> Duration {
     let store = Store::connect(&ConnectOptions::new(url)).await.unwrap();
@@ -288,7 +320,7 @@ fn main() {
         println!("[door] PostgreSQL {version}, {} s windows, 8 clients for the rate column", seconds().as_secs_f64());
         let mut projects = Vec::new();
         for packages in [32u32, 128] {
-            for history in [1u32, 2_000, 10_000] {
+            for &history in &histories() {
                 let name = format!("door-{packages}-{history}");
                 let id = project(&mut owner, &name, packages, history, packages as usize * 400).await;
                 projects.push((packages, history, name, id));
@@ -296,31 +328,41 @@ fn main() {
         }
         let big = project(&mut owner, "door-big", 32, 1, 4 << 20).await;
         raw(&mut owner, "VACUUM ANALYZE").await;
+        // One client's mean latency in short windows, round after round, every project of a
+        // size and both statements interleaved within a round: the ratios are taken within a
+        // round (the machine's drift between rounds cancels), and the medians are reported.
         println!(
-            "{:>8} {:>8} | {:>10} {:>10} {:>10} | {:>10} {:>8} | {:>10} | door/floor  door/history-1  attempt/history-1",
-            "packages", "history", "door", "door/s", "door/s x8", "floor", "floor/s", "attempt"
+            "{:>8} {:>8} | {:>10} {:>10} | {:>9} {:>9} | {:>10} | door/floor  door/history-1  attempt/history-1",
+            "packages", "history", "door", "floor", "door/s", "door/s x8", "attempt"
         );
-        let mut base: Option<(Duration, Duration)> = None;
-        for (packages, history, name, id) in &projects {
-            let door = cost(&consumer, DOOR, name, Arg::None).await;
-            let floor = cost(&url, FLOOR, name, Arg::Id(*id)).await;
-            let attempt = attempt(&url, name).await;
-            if *history == 1 {
-                base = Some((door.mean, attempt));
+        for packages in [32u32, 128] {
+            let mine: Vec<&(u32, u32, String, i64)> =
+                projects.iter().filter(|p| p.0 == packages).collect();
+            let mut door = vec![Vec::new(); mine.len()];
+            let mut floor = vec![Vec::new(); mine.len()];
+            for _ in 0..rounds() {
+                for (k, (_, _, name, id)) in mine.iter().enumerate() {
+                    door[k].push(mean(&consumer, DOOR, name, &Arg::None).await);
+                    floor[k].push(mean(&url, FLOOR, name, &Arg::Id(*id)).await);
+                }
             }
-            let (door_1, attempt_1) = base.unwrap();
-            println!(
-                "{packages:>8} {history:>8} | {:>10} {:>10.0} {:>10.0} | {:>10} {:>8.0} | {:>10} | {:>10.2}  {:>14.2}  {:>17.2}",
-                ms(door.mean),
-                door.rate_1,
-                door.rate_n,
-                ms(floor.mean),
-                floor.rate_1,
-                ms(attempt),
-                door.mean.as_secs_f64() / floor.mean.as_secs_f64(),
-                door.mean.as_secs_f64() / door_1.as_secs_f64(),
-                attempt.as_secs_f64() / attempt_1.as_secs_f64(),
-            );
+            let attempt_1 = attempt(&url, &mine[0].2).await;
+            for (k, (_, history, name, _)) in mine.iter().enumerate() {
+                let rates = cost(&consumer, DOOR, name, Arg::None).await;
+                let attempt = if k == 0 { attempt_1 } else { attempt(&url, name).await };
+                let by_round = |f: &dyn Fn(usize) -> f64| median((0..door[k].len()).map(f).collect());
+                println!(
+                    "{packages:>8} {history:>8} | {:>10} {:>10} | {:>9.0} {:>9.0} | {:>10} | {:>10.2}  {:>14.2}  {:>17.2}",
+                    ms(Duration::from_secs_f64(median(door[k].clone()))),
+                    ms(Duration::from_secs_f64(median(floor[k].clone()))),
+                    rates.rate_1,
+                    rates.rate_n,
+                    ms(attempt),
+                    by_round(&|r| door[k][r] / floor[k][r]),
+                    by_round(&|r| door[k][r] / door[0][r]),
+                    attempt.as_secs_f64() / attempt_1.as_secs_f64(),
+                );
+            }
         }
         let digest: String = sqlx::query_scalar(
             "SELECT snapshot_digest FROM ql3.tool_definition_snapshots WHERE snapshot_id = $1",

@@ -677,12 +677,12 @@ async fn bench_storage(dir: &std::path::Path) {
                             || '\",\"definitionDigest\":\"' || dd || '\",\"definitions\":[],\"projectId\":\"' || id
                             || '\",\"schema\":\"qinglong/project-tool-definition-snapshot@v1\"}}', 'UTF8') AS doc
                    FROM q)
-                 INSERT INTO ql3.tool_definition_snapshots (project_id, active_vector_digest, definition_digest, snapshot_digest, package_count, definition_count, canonical_json)
-                 SELECT id, avd, dd, 'sha256:' || encode(sha256(doc), 'hex'), 0, 0, doc FROM d")).await;
+                 INSERT INTO ql3.tool_definition_snapshots (project_id, active_vector_digest, definition_digest, snapshot_digest, package_count, definition_count, canonical_json, source_key)
+                 SELECT id, avd, dd, 'sha256:' || encode(sha256(doc), 'hex'), 0, 0, doc, '' FROM d")).await;
         } else {
             exec(&store, format!(
-                "INSERT INTO ql3.tool_definition_snapshots (project_id, active_vector_digest, definition_digest, snapshot_digest, package_count, definition_count, canonical_json) \
-                 SELECT id, {digest}, {digest}, printf('sha256:%064x', abs(random())), 0, 0, {} FROM ({series}) AS q",
+                "INSERT INTO ql3.tool_definition_snapshots (project_id, active_vector_digest, definition_digest, snapshot_digest, package_count, definition_count, canonical_json, source_key) \
+                 SELECT id, {digest}, {digest}, printf('sha256:%064x', abs(random())), 0, 0, {}, '' FROM ({series}) AS q",
                 hex_literal(store.dialect(), b"{}"))).await;
         }
         if dialect == "postgres" {

@@ -242,3 +242,59 @@ async fn the_proof_keeps_to_keys_on_empty_and_long_histories() {
 
 /// A well-formed digest, for history rows whose digests are never read.
 const D: &str = "'sha256:0000000000000000000000000000000000000000000000000000000000000000'";
+
+/// SQLite's proof (its `find_current`, its open step and its pending scan) looks its candidates
+/// up by the key's index, on a fresh file and after `ANALYZE` of a project with 3,000 snapshots.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_finds_candidates_by_key() {
+    tokio::time::timeout(Duration::from_secs(120), async {
+        let (url, _dir) = pg::fresh_sqlite().await;
+        let store = connect(&url).await;
+        import(&store, DEMO).await;
+        let pool = store.sqlite_pool().unwrap().clone();
+        let plans = async || -> Vec<(String, String)> {
+            let mut out = Vec::new();
+            for (name, text) in [
+                ("find current", sql::FIND_CURRENT_SQLITE),
+                ("open", sql::OPEN_SQLITE),
+                ("pending page", sql::PENDING_PAGE_SQLITE),
+            ] {
+                let text = sql::for_dialect(package_executor::store::Dialect::Sqlite, text);
+                let rows: Vec<(i64, i64, i64, String)> =
+                    sqlx::query_as(sqlx::AssertSqlSafe(format!("EXPLAIN QUERY PLAN {text}")))
+                        .fetch_all(&pool)
+                        .await
+                        .unwrap();
+                let plan: Vec<String> = rows.into_iter().map(|r| r.3).collect();
+                out.push((name.to_owned(), plan.join("\n")));
+            }
+            out
+        };
+        let check = |plans: Vec<(String, String)>, when: &str| {
+            for (name, plan) in plans {
+                assert!(
+                    plan.contains(
+                        "tool_definition_snapshots_source_key (project_id=? AND source_key=?)"
+                    ),
+                    "{name}, {when}: the candidate is not looked up by its key\n{plan}"
+                );
+            }
+        };
+        check(plans().await, "fresh");
+        exec(
+            &store,
+            "WITH RECURSIVE n(k) AS (SELECT 1 UNION ALL SELECT k + 1 FROM n WHERE k < 3000)
+             INSERT INTO tool_definition_snapshots (project_id, active_vector_digest,
+               definition_digest, snapshot_digest, package_count, definition_count,
+               canonical_json, source_key)
+             SELECT 'demo-1', printf('sha256:%064x', k), printf('sha256:%064x', k),
+                    printf('sha256:%063x1', k), 2, 0, X'7B7D', printf('%032x', k) FROM n",
+        )
+        .await
+        .unwrap();
+        exec(&store, "ANALYZE").await.unwrap();
+        check(plans().await, "3,000 snapshots, analyzed");
+    })
+    .await
+    .expect("within 120 s");
+}

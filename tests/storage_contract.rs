@@ -1167,20 +1167,27 @@ async fn same_fixture_same_bytes_in_both_dialects() {
     .await;
 }
 
+/// An empty PostgreSQL database `name` (not the migrated template) and an empty SQLite file,
+/// with the directory that holds the file.
+async fn unmigrated(name: &str) -> (Store, Store, tempfile::TempDir) {
+    let cluster = pg::cluster();
+    let admin = connect(&cluster.url("postgres")).await;
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        .execute(&admin.pg_pool().unwrap())
+        .await
+        .unwrap();
+    admin.close().await;
+    let pg = connect(&cluster.url(name)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let lite = connect(&format!("sqlite://{}", dir.path().join("m.db").display())).await;
+    (pg, lite, dir)
+}
+
 /// Each migration applies in order on an empty database, in both dialects.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn migrations_apply_one_by_one() {
     within(async {
-        let cluster = pg::cluster();
-        let admin = connect(&cluster.url("postgres")).await;
-        sqlx::query("CREATE DATABASE migrate_steps")
-            .execute(&admin.pg_pool().unwrap())
-            .await
-            .unwrap();
-        admin.close().await;
-        let pg = connect(&cluster.url("migrate_steps")).await;
-        let dir = tempfile::tempdir().unwrap();
-        let lite = connect(&format!("sqlite://{}", dir.path().join("m.db").display())).await;
+        let (pg, lite, _dir) = unmigrated("migrate_steps").await;
         for store in [&pg, &lite] {
             assert!(
                 store.check_migrated().await.is_err(),
@@ -1928,10 +1935,9 @@ async fn insert_without_key(store: &Store, snap: &planner::Snapshot) {
     };
     match store.dialect() {
         Dialect::Postgres => {
-            let by_digest = format!("(SELECT s.snapshot_id FROM s)");
             let text = format!(
                 "WITH s AS ({row} RETURNING snapshot_id) {}",
-                sources(&by_digest)
+                sources("(SELECT s.snapshot_id FROM s)")
             );
             exec(store, if values.is_empty() { &row } else { &text })
                 .await
@@ -1973,16 +1979,7 @@ async fn stored_digests(store: &Store) -> Vec<(String, String, String, String, V
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn snapshots_from_before_the_key_stay_current() {
     within(async {
-        let cluster = pg::cluster();
-        let admin = connect(&cluster.url("postgres")).await;
-        sqlx::query("CREATE DATABASE before_the_key")
-            .execute(&admin.pg_pool().unwrap())
-            .await
-            .unwrap();
-        admin.close().await;
-        let pg = connect(&cluster.url("before_the_key")).await;
-        let dir = tempfile::tempdir().unwrap();
-        let lite = connect(&format!("sqlite://{}", dir.path().join("k.db").display())).await;
+        let (pg, lite, _dir) = unmigrated("before_the_key").await;
         for (store, before) in [(&pg, 11), (&lite, 5)] {
             store.migrate(false, Some(before)).await.unwrap();
             import(store, DEMO).await;
