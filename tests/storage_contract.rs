@@ -676,9 +676,9 @@ async fn append_only_tables(s: Stores) {
             let before = scalar(&s.admin, "SELECT COUNT(*) FROM tool_definition_snapshots").await;
             let digest_before = current_digest(&s.exec, "demo-1").await;
             let n = exec(&s.admin, "INSERT OR REPLACE INTO tool_definition_snapshots \
-                (snapshot_id, project_id, active_vector_digest, definition_digest, snapshot_digest, package_count, definition_count, canonical_json) \
+                (snapshot_id, project_id, active_vector_digest, definition_digest, snapshot_digest, package_count, definition_count, canonical_json, source_key) \
                 SELECT snapshot_id, project_id, active_vector_digest, definition_digest, \
-                'sha256:' || substr(hex(zeroblob(32)), 1, 64), package_count, definition_count, X'00' \
+                'sha256:' || substr(hex(zeroblob(32)), 1, 64), package_count, definition_count, X'00', source_key \
                 FROM tool_definition_snapshots").await;
             assert!(n.is_ok(), "{n:?}");
             exec(&s.admin, "REPLACE INTO tool_definition_snapshot_rejections (project_id, active_vector_digest, reason, detail) \
@@ -1890,7 +1890,7 @@ async fn the_conditional_door_answers_three_ways(s: Stores) {
 
 /// A snapshot as an executor from before the key wrote it: every column but `source_key`, with
 /// its source rows, in one transaction.
-async fn insert_without_key(store: &Store, snap: &planner::Snapshot) {
+async fn insert_without_key(store: &Store, snap: &planner::Snapshot) -> Result<(), String> {
     let hex: String = snap
         .canonical_json
         .iter()
@@ -1939,22 +1939,21 @@ async fn insert_without_key(store: &Store, snap: &planner::Snapshot) {
                 "WITH s AS ({row} RETURNING snapshot_id) {}",
                 sources("(SELECT s.snapshot_id FROM s)")
             );
-            exec(store, if values.is_empty() { &row } else { &text })
-                .await
-                .unwrap();
+            exec(store, if values.is_empty() { &row } else { &text }).await?;
         }
         Dialect::Sqlite => {
-            exec(store, &row).await.unwrap();
+            exec(store, &row).await?;
             if !values.is_empty() {
                 let id = format!(
                     "(SELECT s.snapshot_id FROM ql3.tool_definition_snapshots AS s \
                      WHERE s.snapshot_digest = '{}')",
                     snap.snapshot_digest.as_str()
                 );
-                exec(store, &sources(&id)).await.unwrap();
+                exec(store, &sources(&id)).await?;
             }
         }
     }
+    Ok(())
 }
 
 /// Every stored snapshot's columns that a digest covers, read by plain SQL (so that it reads a
@@ -1990,11 +1989,15 @@ async fn snapshots_from_before_the_key_stay_current() {
             };
             let projects = ["demo-1", "demo-2", "demo-empty"];
             for p in projects {
-                insert_without_key(store, &planned(store, p).await).await;
+                insert_without_key(store, &planned(store, p).await)
+                    .await
+                    .unwrap();
             }
             // History: demo-1 at generation 3, then back at 2, whose snapshot is the older.
             sources::activate(store, "demo-1-github", 3).await.unwrap();
-            insert_without_key(store, &planned(store, "demo-1").await).await;
+            insert_without_key(store, &planned(store, "demo-1").await)
+                .await
+                .unwrap();
             sources::activate(store, "demo-1-github", 2).await.unwrap();
             let stored = stored_digests(store).await;
             assert_eq!(stored.len(), 4);
@@ -2029,6 +2032,16 @@ async fn snapshots_from_before_the_key_stay_current() {
                     "{p}: the migration's key is the executor's"
                 );
             }
+            // An executor from before the key, writing to the migrated database, is refused
+            // (it would write a snapshot the proof can never find).
+            sources::activate(store, "demo-1-github", 1).await.unwrap();
+            let old_style = planned(store, "demo-1").await;
+            let refused = insert_without_key(store, &old_style).await.unwrap_err();
+            assert!(
+                refused.contains("source_key"),
+                "a snapshot without a key is refused after the migration: {refused}"
+            );
+            sources::activate(store, "demo-1-github", 2).await.unwrap();
             let summary = run_all(store, true).await;
             assert_eq!(summary.exit_code, 0, "{summary:?}");
             assert_eq!(

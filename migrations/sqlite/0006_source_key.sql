@@ -18,3 +18,10 @@ CREATE TRIGGER tool_definition_snapshots_no_update BEFORE UPDATE ON tool_definit
 BEGIN SELECT RAISE(ABORT, 'UPDATE on tool_definition_snapshots is refused: the table is append-only'); END;
 CREATE INDEX tool_definition_snapshots_source_key
   ON tool_definition_snapshots (project_id, source_key);
+
+-- A snapshot's key has 16 characters a source row, as PostgreSQL's CHECK says: an executor from
+-- before this migration inserts none (the column's default, ''), and its snapshot could never be
+-- found current; it is refused instead, loudly.
+CREATE TRIGGER tool_definition_snapshots_need_key BEFORE INSERT ON tool_definition_snapshots
+WHEN length(NEW.source_key) <> 16 * NEW.package_count
+BEGIN SELECT RAISE(ABORT, 'snapshot refused: its source_key does not have 16 characters a package; it was written by a package-executor from before migration 6: upgrade it'); END;
