@@ -9,13 +9,13 @@ ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot
 # Build: a locked release build.
 FROM ${RUST_IMAGE} AS build
 WORKDIR /src
-# Dependencies first, in a layer of their own: built against stub sources, so a change to the
-# sources rebuilds only this crate.
+# Dependencies first, in a layer of their own: built against stub sources (and an empty file for
+# each bench the manifest names), so a change to the sources rebuilds only this crate.
 COPY Cargo.toml Cargo.lock ./
 RUN mkdir -p src benches \
  && printf '//! Stub: the dependency layer.\nfn main() {}\n' > src/main.rs \
  && echo '//! Stub: the dependency layer.' > src/lib.rs \
- && touch benches/canonical.rs benches/executor.rs \
+ && for b in $(sed -n '/^\[\[bench\]\]/{n;s/^name = "\(.*\)"$/\1/p;}' Cargo.toml); do touch "benches/$b.rs"; done \
  && cargo build --release --locked --bin package-executor \
  && rm -rf src benches
 COPY src ./src
