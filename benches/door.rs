@@ -346,6 +346,20 @@ fn main() {
                     floor[k].push(mean(&url, FLOOR, name, &Arg::Id(*id)).await);
                 }
             }
+            // Every round's figures, so that the spread behind each median is on the page.
+            for (k, (_, history, _, _)) in mine.iter().enumerate() {
+                let list = |v: &[f64]| {
+                    v.iter()
+                        .map(|x| format!("{:.3}", x * 1e3))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                };
+                println!(
+                    "[door] {packages} packages, history {history}: door ms by round {}; floor ms {}",
+                    list(&door[k]),
+                    list(&floor[k])
+                );
+            }
             let attempt_1 = attempt(&url, &mine[0].2).await;
             for (k, (_, history, name, _)) in mine.iter().enumerate() {
                 let rates = cost(&consumer, DOOR, name, Arg::None).await;
