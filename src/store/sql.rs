@@ -232,7 +232,8 @@ ORDER BY src.snapshot_id, src.package_name";
 /// has the migration's function): `s` is a snapshot of project `PROJECT`; true when its sources
 /// equal the live heads. Its first two conditions are an index lookup on the key of the live
 /// heads (see `source_key`), so only the snapshots with that key are compared, whatever the
-/// project's history; the key is built from at most 129 heads, as in PostgreSQL.
+/// project's history. As in PostgreSQL, the key is NULL (nothing is found) for a project with
+/// more than 128 heads: `package_count` is at most 128.
 macro_rules! proof {
     ($project:literal) => {
         concat!(
@@ -240,16 +241,16 @@ macro_rules! proof {
             $project,
             "
   AND s.source_key = (
-    SELECT coalesce(group_concat(substr(k.generation_digest, 8, 8) || substr(k.revision_digest, 8, 8),
-                                 '' ORDER BY k.package_name), '')
-    FROM (SELECT i.package_name, g.generation_digest, g.revision_digest
-          FROM ql3.package_installations AS i
-          LEFT JOIN ql3.package_generations AS g
-            ON g.installation_id = i.installation_id AND g.generation = i.active_generation
-          WHERE i.project_id = ",
+    SELECT CASE WHEN COUNT(*) <= 128
+                THEN coalesce(group_concat(substr(g.generation_digest, 8, 8)
+                                           || substr(g.revision_digest, 8, 8),
+                                           '' ORDER BY i.package_name), '') END
+    FROM ql3.package_installations AS i
+    LEFT JOIN ql3.package_generations AS g
+      ON g.installation_id = i.installation_id AND g.generation = i.active_generation
+    WHERE i.project_id = ",
             $project,
-            " AND i.active_generation IS NOT NULL
-          ORDER BY i.package_name LIMIT 129) AS k)
+            " AND i.active_generation IS NOT NULL)
   AND EXISTS (SELECT 1 FROM ql3.projects AS p WHERE p.project_id = ",
             $project,
             ")
