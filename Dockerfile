@@ -11,19 +11,23 @@ FROM ${RUST_IMAGE} AS build
 WORKDIR /src
 # Dependencies first, in a layer of their own: built against stub sources (and an empty file for
 # each bench the manifest names), so a change to the sources rebuilds only this crate.
+# The workspace's member crates (crates/*) get a stub library each.
 COPY Cargo.toml Cargo.lock ./
-RUN mkdir -p src benches \
+COPY crates/core/Cargo.toml crates/core/
+RUN mkdir -p src benches crates/core/src \
  && printf '//! Stub: the dependency layer.\nfn main() {}\n' > src/main.rs \
  && echo '//! Stub: the dependency layer.' > src/lib.rs \
+ && echo '//! Stub: the dependency layer.' > crates/core/src/lib.rs \
  && for b in $(sed -n '/^\[\[bench\]\]/{n;s/^name = "\(.*\)"$/\1/p;}' Cargo.toml); do touch "benches/$b.rs"; done \
  && cargo build --release --locked --bin package-executor \
- && rm -rf src benches
+ && rm -rf src benches crates/core/src
+COPY crates ./crates
 COPY src ./src
 COPY migrations ./migrations
 COPY examples ./examples
 COPY benches ./benches
 # The stubs' build left newer timestamps on the crate's own outputs: make sure it is rebuilt.
-RUN touch src/main.rs src/lib.rs \
+RUN touch src/main.rs src/lib.rs crates/core/src/lib.rs \
  && cargo build --release --locked --bin package-executor \
  && strip target/release/package-executor
 

@@ -152,13 +152,13 @@ PATRONI_REPORT="$TARGET_DIR/tmp/patroni-report.txt"
 HOSTILE_REPORT="$TARGET_DIR/tmp/hostile-report.txt"
 
 cargo fmt --all -- --check
-cargo clippy --locked --all-targets -- -D warnings
-RUSTDOCFLAGS="-D warnings" cargo doc --locked --no-deps --quiet
+cargo clippy --locked --workspace --all-targets -- -D warnings
+RUSTDOCFLAGS="-D warnings" cargo doc --locked --workspace --no-deps --quiet
 cargo deny --locked check licenses bans sources
 
 echo "== every test; PostgreSQL-backed ones on $("$PG_SYS_BINDIR/postgres" --version) ($PG_SYS_BINDIR)"
 rm -f "$STORM_REPORT" "$PATRONI_REPORT" "$HOSTILE_REPORT"
-PE_PG_BINDIR="$PG_SYS_BINDIR" PE_PG_MAJOR="$PG_SYS_MAJOR" cargo test --locked --all-targets
+PE_PG_BINDIR="$PG_SYS_BINDIR" PE_PG_MAJOR="$PG_SYS_MAJOR" cargo test --locked --workspace --all-targets
 cat "$STORM_REPORT" "$PATRONI_REPORT" "$HOSTILE_REPORT"
 
 # Every PostgreSQL-backed test binary again. The wheel is built without OpenSSL, so of the TLS

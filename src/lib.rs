@@ -6,23 +6,18 @@
 //! and appends a canonical three-digest snapshot to PostgreSQL or SQLite. Replicas converge by
 //! exact replay; consumers read a snapshot only through a proof that it matches the live set.
 //! The contract is `docs/contract.md` (section numbers in comments refer to it); the layout is
-//! in `ARCHITECTURE.md`. The pure core is `canonical`, `identity`, `revision` and `planner`.
+//! in `ARCHITECTURE.md`. The pure core is the `package-executor-core` crate (`crates/core`), re-exported here under
+//! its module names; this crate is the shell around it.
 
-pub mod canonical;
-pub mod canonical_text;
 pub mod cli;
 pub mod commands;
 pub mod coordinator;
-pub mod identity;
 pub mod k8s;
 pub mod metrics;
-pub mod model;
-pub mod planner;
-pub mod quote;
-pub mod rejection;
-pub mod report;
-pub mod revision;
-pub mod source_key;
 pub mod sources;
 pub mod store;
-pub mod verify;
+
+pub use package_executor_core::{
+    canonical, canonical_text, identity, model, planner, quote, rejection, report, revision,
+    source_key, verify,
+};

@@ -68,30 +68,7 @@ pub struct RecordedRejection {
     pub detail: String,
 }
 
-/// A stored snapshot with its source rows, for `verify`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StoredSnapshot {
-    /// Row id.
-    pub snapshot_id: i64,
-    /// Project.
-    pub project_id: String,
-    /// `snapshot_digest`.
-    pub snapshot_digest: String,
-    /// `active_vector_digest`.
-    pub active_vector_digest: String,
-    /// `definition_digest`.
-    pub definition_digest: String,
-    /// `package_count`.
-    pub package_count: i64,
-    /// `definition_count`.
-    pub definition_count: i64,
-    /// The stored document.
-    pub canonical_json: Vec<u8>,
-    /// `source_key`: what the current proof finds the snapshot by.
-    pub source_key: String,
-    /// Source rows (approved permissions empty: sources do not keep them).
-    pub sources: Vec<crate::planner::ActiveHead>,
-}
+pub use crate::verify::StoredSnapshot;
 
 impl Store {
     /// The current snapshot of a project (one statement, in its own short transaction).

@@ -108,7 +108,7 @@ pub enum Outcome {
 
 impl Outcome {
     /// The same outcome with its detail and digest dropped: what a run keeps of each project
-    /// past the first [`crate::coordinator::KEPT_OUTCOMES`], to count it once across passes.
+    /// past the first `KEPT_OUTCOMES` (the coordinator's), to count it once across passes.
     pub fn compact(self) -> Self {
         match self {
             Self::Published { .. } => Self::Published {
