@@ -51,10 +51,6 @@ fn bench(c: &mut Criterion) {
     group.bench_function("canonicalize-and-digest", |b| {
         b.iter(|| canonical::digest(black_box(&value)))
     });
-    let text = serde_json::to_string(&value).unwrap();
-    group.bench_function("canonicalize-text-and-digest", |b| {
-        b.iter(|| package_executor::canonical_text::digest(black_box(&text), 128).unwrap())
-    });
     group.bench_function("serde_json-plain-and-digest", |b| {
         b.iter(|| Digest::of(&serde_json::to_vec(black_box(&value)).unwrap()))
     });

@@ -18,6 +18,5 @@ pub mod sources;
 pub mod store;
 
 pub use package_executor_core::{
-    canonical, canonical_text, identity, model, planner, quote, rejection, report, revision,
-    source_key, verify,
+    canonical, identity, model, planner, quote, rejection, report, revision, source_key, verify,
 };

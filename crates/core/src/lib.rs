@@ -7,7 +7,6 @@
 //! `docs/contract.md` (section numbers in comments refer to it).
 
 pub mod canonical;
-pub mod canonical_text;
 pub mod identity;
 pub mod model;
 pub mod planner;
