@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::defaults;
+
 /// The default database when none is configured (refused inside a Kubernetes pod).
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://package-executor.db";
 
@@ -29,22 +31,22 @@ pub struct Cli {
     )]
     pub log_format: LogFormat,
     /// PostgreSQL statement_timeout for this executor's sessions.
-    #[arg(long, global = true, default_value = "60s", value_parser = parse_duration, env = "PACKAGE_EXECUTOR_STATEMENT_TIMEOUT")]
+    #[arg(long, global = true, default_value = defaults::STATEMENT_TIMEOUT.text, value_parser = parse_duration, env = "PACKAGE_EXECUTOR_STATEMENT_TIMEOUT")]
     pub statement_timeout: Duration,
     /// PostgreSQL lock_timeout for this executor's sessions.
-    #[arg(long, global = true, default_value = "10s", value_parser = parse_duration, env = "PACKAGE_EXECUTOR_LOCK_TIMEOUT")]
+    #[arg(long, global = true, default_value = defaults::LOCK_TIMEOUT.text, value_parser = parse_duration, env = "PACKAGE_EXECUTOR_LOCK_TIMEOUT")]
     pub lock_timeout: Duration,
     /// PostgreSQL idle_in_transaction_session_timeout for this executor's sessions.
-    #[arg(long, global = true, default_value = "2m", value_parser = parse_duration, env = "PACKAGE_EXECUTOR_IDLE_IN_TRANSACTION_TIMEOUT")]
+    #[arg(long, global = true, default_value = defaults::IDLE_IN_TRANSACTION_TIMEOUT.text, value_parser = parse_duration, env = "PACKAGE_EXECUTOR_IDLE_IN_TRANSACTION_TIMEOUT")]
     pub idle_in_transaction_timeout: Duration,
     /// How long past --statement-timeout to wait for any answer from PostgreSQL before giving
     /// the connection up as gone (a silent network cut, a node lost without a TCP reset). A
     /// live server answers or cancels every statement by the statement timeout; this covers
     /// the network. Lower it to notice a silently lost primary sooner.
-    #[arg(long, global = true, default_value = "10s", value_parser = parse_duration, env = "PACKAGE_EXECUTOR_ANSWER_MARGIN")]
+    #[arg(long, global = true, default_value = defaults::ANSWER_MARGIN.text, value_parser = parse_duration, env = "PACKAGE_EXECUTOR_ANSWER_MARGIN")]
     pub answer_margin: Duration,
     /// How long to keep trying to reach the database before giving up (exit 8).
-    #[arg(long, global = true, default_value = "30s", value_parser = parse_duration, env = "PACKAGE_EXECUTOR_CONNECT_TIMEOUT")]
+    #[arg(long, global = true, default_value = defaults::CONNECT_TIMEOUT.text, value_parser = parse_duration, env = "PACKAGE_EXECUTOR_CONNECT_TIMEOUT")]
     pub connect_timeout: Duration,
     /// What to do.
     #[command(subcommand)]
@@ -81,10 +83,10 @@ pub enum Command {
         #[arg(long, env = "PACKAGE_EXECUTOR_JSON")]
         json: bool,
         /// Attempts before giving up.
-        #[arg(long, default_value_t = 4, env = "PACKAGE_EXECUTOR_MAX_ATTEMPTS")]
+        #[arg(long, default_value_t = defaults::MAX_ATTEMPTS, env = "PACKAGE_EXECUTOR_MAX_ATTEMPTS")]
         max_attempts: u32,
         /// Revision bytes in flight (B, KiB, MiB, GiB).
-        #[arg(long, default_value = "96MiB", value_parser = parse_bytes, env = "PACKAGE_EXECUTOR_MEMORY_BUDGET")]
+        #[arg(long, default_value = defaults::MEMORY_BUDGET.text, value_parser = parse_bytes, env = "PACKAGE_EXECUTOR_MEMORY_BUDGET")]
         memory_budget: u64,
     },
     /// Print the current snapshot of a project (exit 4 when there is none).
@@ -232,19 +234,19 @@ pub enum IdentityCommand {
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// Pending projects per keyset page.
-    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..), env = "PACKAGE_EXECUTOR_PAGE_SIZE")]
+    #[arg(long, default_value_t = defaults::PAGE_SIZE, value_parser = clap::value_parser!(u32).range(1..), env = "PACKAGE_EXECUTOR_PAGE_SIZE")]
     pub page_size: u32,
     /// Projects in flight at once (the pool holds one more connection).
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256), env = "PACKAGE_EXECUTOR_CONCURRENCY")]
+    #[arg(long, default_value_t = defaults::CONCURRENCY, value_parser = clap::value_parser!(u32).range(1..=256), env = "PACKAGE_EXECUTOR_CONCURRENCY")]
     pub concurrency: u32,
     /// Attempts per project per pass, with jittered exponential backoff.
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..), env = "PACKAGE_EXECUTOR_MAX_ATTEMPTS")]
+    #[arg(long, default_value_t = defaults::MAX_ATTEMPTS, value_parser = clap::value_parser!(u32).range(1..), env = "PACKAGE_EXECUTOR_MAX_ATTEMPTS")]
     pub max_attempts: u32,
     /// Fresh passes over what is still pending after the last page.
-    #[arg(long, default_value_t = 2, env = "PACKAGE_EXECUTOR_FINAL_PROBES")]
+    #[arg(long, default_value_t = defaults::FINAL_PROBES, env = "PACKAGE_EXECUTOR_FINAL_PROBES")]
     pub final_probes: u32,
     /// Revision bytes in flight across all workers (B, KiB, MiB, GiB).
-    #[arg(long, default_value = "96MiB", value_parser = parse_bytes, env = "PACKAGE_EXECUTOR_MEMORY_BUDGET")]
+    #[arg(long, default_value = defaults::MEMORY_BUDGET.text, value_parser = parse_bytes, env = "PACKAGE_EXECUTOR_MEMORY_BUDGET")]
     pub memory_budget: u64,
     /// This replica's shard (default: JOB_COMPLETION_INDEX, else 0).
     #[arg(long, env = "PACKAGE_EXECUTOR_SHARD_INDEX")]
@@ -395,6 +397,24 @@ mod tests {
         assert_eq!(parse_bytes("2 GiB"), Ok(2 << 30));
         assert!(parse_bytes("1MB").is_err());
         assert!(parse_bytes("x").is_err());
+    }
+
+    /// The spelling `--help` shows for each default is the default's value.
+    #[test]
+    fn default_spellings_parse_to_their_values() {
+        assert_eq!(
+            parse_bytes(defaults::MEMORY_BUDGET.text),
+            Ok(defaults::MEMORY_BUDGET.value)
+        );
+        for d in [
+            defaults::STATEMENT_TIMEOUT,
+            defaults::LOCK_TIMEOUT,
+            defaults::IDLE_IN_TRANSACTION_TIMEOUT,
+            defaults::ANSWER_MARGIN,
+            defaults::CONNECT_TIMEOUT,
+        ] {
+            assert_eq!(parse_duration(d.text), Ok(d.value), "{}", d.text);
+        }
     }
 
     #[test]

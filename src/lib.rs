@@ -18,5 +18,6 @@ pub mod sources;
 pub mod store;
 
 pub use package_executor_core::{
-    canonical, identity, model, planner, quote, rejection, report, revision, source_key, verify,
+    canonical, defaults, identity, model, planner, quote, rejection, report, revision, source_key,
+    verify,
 };

@@ -267,7 +267,7 @@ async fn revisions_read_apart_build_like_inline(s: Stores) {
     // 1 KiB of budget: never room for the inline cap, so every batch is read apart (a
     // reservation larger than the budget takes all of it and still runs).
     let tight = MemoryBudget::new(1024);
-    let ample = MemoryBudget::new(96 << 20);
+    let ample = MemoryBudget::new(package_executor::defaults::MEMORY_BUDGET.value);
     for (project, budget, kib) in [("demo-1", &tight, 1), ("demo-2", &ample, 96 << 10)] {
         let expected = planned(&s.exec, project).await;
         let step = attempt(&mut session, budget, project).await;

@@ -36,7 +36,10 @@ mod tests {
     #[test]
     fn the_default_flags_give_the_charts_default_limit() {
         // 32 MiB + 96 MiB + 4 × 25 MiB: the chart's default memory limit, 228 MiB.
-        assert_eq!(memory_bound(96 << 20, 4), 228 << 20);
+        assert_eq!(
+            memory_bound(crate::defaults::MEMORY_BUDGET.value, 4),
+            228 << 20
+        );
     }
 
     #[test]

@@ -18,6 +18,7 @@ pub use lanes::pool_size;
 pub use memory::{BASE_BYTES, LARGEST_READ_BYTES, WORKER_BYTES, memory_bound};
 pub use stop::Stop;
 
+use crate::defaults;
 use crate::report::{Outcome, RunSummary, Shard, Unresolved};
 use crate::store::{Scope, Session, Store, StoreError};
 
@@ -53,11 +54,11 @@ pub struct RunSettings {
 impl Default for RunSettings {
     fn default() -> Self {
         Self {
-            page_size: 256,
-            concurrency: 4,
-            max_attempts: 4,
-            final_probes: 2,
-            memory_budget: 96 * 1024 * 1024,
+            page_size: defaults::PAGE_SIZE,
+            concurrency: defaults::CONCURRENCY as usize,
+            max_attempts: defaults::MAX_ATTEMPTS,
+            final_probes: defaults::FINAL_PROBES,
+            memory_budget: defaults::MEMORY_BUDGET.value,
             shard: Shard { index: 0, count: 1 },
             deadline: None,
             backoff_min: Duration::from_millis(50),

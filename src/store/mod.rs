@@ -34,6 +34,7 @@ pub use queries::{
     Current, CurrentHead, CurrentSnapshot, NewestSnapshot, RecordedRejection, StoredSnapshot,
 };
 
+use crate::defaults;
 use crate::planner::ActiveHead;
 
 /// Which SQL dialect a store speaks.
@@ -96,11 +97,11 @@ impl ConnectOptions {
         Self {
             url: url.into(),
             max_connections: 5,
-            statement_timeout: Duration::from_secs(60),
-            lock_timeout: Duration::from_secs(10),
-            idle_in_transaction_timeout: Duration::from_secs(120),
-            acquire_timeout: Duration::from_secs(30),
-            answer_margin: Duration::from_secs(10),
+            statement_timeout: defaults::STATEMENT_TIMEOUT.value,
+            lock_timeout: defaults::LOCK_TIMEOUT.value,
+            idle_in_transaction_timeout: defaults::IDLE_IN_TRANSACTION_TIMEOUT.value,
+            acquire_timeout: defaults::CONNECT_TIMEOUT.value,
+            answer_margin: defaults::ANSWER_MARGIN.value,
         }
     }
 }

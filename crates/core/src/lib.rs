@@ -7,6 +7,7 @@
 //! `docs/contract.md` (section numbers in comments refer to it).
 
 pub mod canonical;
+pub mod defaults;
 pub mod identity;
 pub mod model;
 pub mod planner;
