@@ -16,10 +16,9 @@
 //! door given the current digest. `PE_DOOR_SECONDS` sets each timed window (default 1),
 //! `PE_DOOR_ROUNDS` the rounds of interleaved latency windows whose medians are reported
 //! (default 5), `PE_DOOR_HISTORIES` the histories (default `1,2000,10000`).
-#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs, dead_code)]
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-#[path = "../tests/support/pg.rs"]
-mod pg;
+use package_executor_testkit::pg;
 
 use std::time::{Duration, Instant};
 

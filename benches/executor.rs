@@ -1,11 +1,10 @@
 //! Storage and run benchmarks against a throwaway PostgreSQL server and SQLite files.
 //!
 //! `cargo bench --bench executor -- storage|run|scale|rss|import|all` prints the figures; nothing here is an
-//! assertion. It starts its own PostgreSQL (see tests/support/pg.rs) and uses the release binary.
-#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs, dead_code)]
+//! assertion. It starts its own PostgreSQL (`package_executor_testkit::pg`) and uses the release binary.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-#[path = "../tests/support/pg.rs"]
-mod pg;
+use package_executor_testkit::pg;
 
 use std::path::PathBuf;
 use std::process::Command;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Renders manifests/ from the chart: plain YAML for a cluster without Helm, with the development
 # PostgreSQL, in namespace package-executor. The chart is the one definition of every Job's spec,
-# so these files are never edited by hand; tests/k8s_manifests.rs fails when they are out of date.
+# so these files are never edited by hand; tests/it/chart/manifests.rs fails when they are out of date.
 #   scripts/render-manifests.sh [DIR]   (default: manifests)
 set -euo pipefail
 cd "$(dirname "$0")/.."

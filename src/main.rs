@@ -38,7 +38,7 @@ fn init_logging(format: LogFormat) {
 // The system allocator, on purpose. mimalloc saved about a fifth of the executor's CPU on a
 // cold run (whose wall time is the database's), but kept freed slice buffers committed: peak
 // RSS of the 3 GiB `publish` bench was 37 MiB on PostgreSQL and 65 MiB on SQLite with it,
-// 19 MiB and 52 MiB without (README, Benchmarks). Most of what mimalloc saved, glibc's own
+// 19 MiB and 52 MiB without (docs/benchmarks.md). Most of what mimalloc saved, glibc's own
 // per-thread cache gives back when it may hold more blocks: the container image sets
 // `GLIBC_TUNABLES=glibc.malloc.tcache_count=128` (Dockerfile; about a tenth of a cold run's
 // executor CPU for about 3 MiB).

@@ -11,12 +11,9 @@
 //! `--ignored` so that a plain `cargo test` does not build images. Without `PE_IMAGE` it fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/db.rs"]
-mod db;
-#[path = "support/helm.rs"]
-mod helm;
-#[path = "support/pg.rs"]
-mod pg;
+use package_executor_testkit::db;
+use package_executor_testkit::helm;
+use package_executor_testkit::pg;
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;

@@ -1,9 +1,4 @@
-//! libFuzzer target: see `fuzz/targets.rs` for the properties it asserts.
+//! libFuzzer target: see `crates/testkit/src/fuzz_targets.rs` for the properties it asserts.
 #![no_main]
 
-// Each target uses one of the shared bodies.
-#[allow(dead_code)]
-#[path = "../targets.rs"]
-mod targets;
-
-libfuzzer_sys::fuzz_target!(|data: &[u8]| targets::fixture(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| package_executor_testkit::fuzz_targets::fixture(data));

@@ -95,7 +95,7 @@ alone decides what runs; the tag stays for people reading the pod). */}}
 {{/* Memory limit: the bound docs/contract.md states ("Memory"), at the chart's flags:
 32 MiB for the process, the revision budget (at least the largest single read, 50 MiB), and
 25 MiB per worker for the snapshot it builds. coordinator::memory_bound is the same formula;
-tests/k8s_manifests.rs holds the two equal. */}}
+tests/it/chart/manifests.rs holds the two equal. */}}
 {{- define "pe.memory" -}}
 {{- $b := int .Values.run.memoryBudgetMiB -}}
 {{- printf "%dMi" (add 32 (max $b 50) (mul (int .Values.run.concurrency) 25)) -}}
@@ -385,7 +385,7 @@ helm.sh/chart: {{ include "pe.chartLabel" . }}
 
 {{/* checkov's skip annotations, each with its reason: (list $ "run" | "migrate" | "trigger" |
 "postgresql"). Every check the chart does not meet is here, for the object it concerns;
-tests/k8s_manifests.rs runs checkov over every render and fails on any other. */}}
+tests/it/chart/manifests.rs runs checkov over every render and fails on any other. */}}
 {{- define "pe.checkovSkips" -}}
 {{- $root := index . 0 -}}
 {{- $kind := index . 1 -}}

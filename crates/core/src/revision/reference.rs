@@ -1,5 +1,5 @@
 //! The whole-document reader of earlier versions, kept only as the oracle the streamed reader
-//! is tested against (`tests/properties.rs`, the fuzz target): it parses the kept members whole
+//! is tested against (`tests/it/core/properties.rs`, the fuzz target): it parses the kept members whole
 //! into values, so its memory follows the input, and nothing but tests may call it. On every
 //! input within the limits that has no duplicate member name among `package`'s other members,
 //! the two give the same contribution or the same code.

@@ -1,0 +1,183 @@
+//! Dialect-neutral helpers for tests that touch storage.
+
+use package_executor::coordinator::{Coordinator, LogObserver, RunSettings, Stop};
+use package_executor::report::Outcome;
+use package_executor::sources;
+use package_executor::store::{ConnectOptions, Dialect, Store};
+
+pub const DEMO: &[u8] = include_bytes!("../../../examples/demo-fixture.json");
+
+pub async fn connect(url: &str) -> Store {
+    Store::connect(&ConnectOptions::new(url))
+        .await
+        .expect("connect")
+}
+
+/// Runs one statement written with `ql3.` names (stripped for SQLite); returns the error text.
+pub async fn exec(store: &Store, text: &str) -> Result<u64, String> {
+    let text = match store.dialect() {
+        Dialect::Postgres => text.to_owned(),
+        Dialect::Sqlite => text.replace("ql3.", ""),
+    };
+    let r = match (store.pg_pool(), store.sqlite_pool()) {
+        (Some(p), _) => sqlx::query(sqlx::AssertSqlSafe(text))
+            .execute(&p)
+            .await
+            .map(|r| r.rows_affected()),
+        (_, Some(p)) => sqlx::query(sqlx::AssertSqlSafe(text))
+            .execute(p)
+            .await
+            .map(|r| r.rows_affected()),
+        _ => unreachable!(),
+    };
+    r.map_err(|e| e.to_string())
+}
+
+/// [`exec`] with the database's snapshot checks (migration 11) switched off around it, in one
+/// transaction, as only the schema's owner can: for rows no executor could write, to show that
+/// the executor still fails closed on a database whose checks were bypassed. SQLite has none.
+pub async fn exec_unchecked(store: &Store, text: &str) -> Result<u64, String> {
+    if store.dialect() == Dialect::Sqlite {
+        return exec(store, text).await;
+    }
+    let pool = store.pg_pool().expect("postgres");
+    let mut tx = pool.begin().await.map_err(|e| e.to_string())?;
+    let toggle = |on: bool| {
+        format!(
+            "ALTER TABLE ql3.tool_definition_snapshots {} TRIGGER tool_definition_snapshots_hold",
+            if on { "ENABLE ALWAYS" } else { "DISABLE" }
+        )
+    };
+    sqlx::query(sqlx::AssertSqlSafe(toggle(false)))
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| e.to_string())?;
+    let n = sqlx::query(sqlx::AssertSqlSafe(text.to_owned()))
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| e.to_string())?
+        .rows_affected();
+    sqlx::query(sqlx::AssertSqlSafe(toggle(true)))
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| e.to_string())?;
+    tx.commit().await.map_err(|e| e.to_string())?;
+    Ok(n)
+}
+
+/// One scalar (as i64) from a statement written with `ql3.` names.
+pub async fn scalar(store: &Store, text: &str) -> i64 {
+    use sqlx::Row;
+    let text = match store.dialect() {
+        Dialect::Postgres => text.to_owned(),
+        Dialect::Sqlite => text.replace("ql3.", ""),
+    };
+    match (store.pg_pool(), store.sqlite_pool()) {
+        (Some(p), _) => sqlx::query(sqlx::AssertSqlSafe(text))
+            .fetch_one(&p)
+            .await
+            .expect("query")
+            .try_get::<i64, _>(0)
+            .expect("i64"),
+        (_, Some(p)) => sqlx::query(sqlx::AssertSqlSafe(text))
+            .fetch_one(p)
+            .await
+            .expect("query")
+            .try_get::<i64, _>(0)
+            .expect("i64"),
+        _ => unreachable!(),
+    }
+}
+
+pub async fn import(store: &Store, bytes: &[u8]) -> sources::ImportReport {
+    sources::import_bytes(store, bytes).await.expect("import")
+}
+
+pub fn settings() -> RunSettings {
+    RunSettings {
+        backoff_min: std::time::Duration::from_millis(5),
+        backoff_max: std::time::Duration::from_millis(50),
+        ..RunSettings::default()
+    }
+}
+
+pub async fn publish(store: &Store, project: &str) -> Outcome {
+    let observer = LogObserver;
+    Coordinator::new(store.clone(), settings(), Stop::default(), &observer)
+        .publish(project)
+        .await
+        .expect("publish")
+}
+
+/// A run over the marked projects (or every project with `full_scan`); its summary's counts.
+pub async fn run_all(store: &Store, full_scan: bool) -> package_executor::report::RunSummary {
+    let observer = LogObserver;
+    Coordinator::new(
+        store.clone(),
+        RunSettings {
+            full_scan,
+            ..settings()
+        },
+        Stop::default(),
+        &observer,
+    )
+    .run()
+    .await
+    .summary
+}
+
+/// The projects marked in the pending index, in byte order.
+pub async fn marked(store: &Store) -> Vec<String> {
+    store
+        .page_through("", None, 10_000, package_executor::store::Scope::Marked)
+        .await
+        .expect("marked page")
+}
+
+pub async fn current_digest(store: &Store, project: &str) -> Option<String> {
+    store
+        .find_current(project)
+        .await
+        .expect("find_current")
+        .map(|c| c.snapshot_digest)
+}
+
+pub fn digest_of(o: &Outcome) -> String {
+    o.snapshot_digest()
+        .unwrap_or_else(|| panic!("expected a snapshot, got {o:?}"))
+        .to_owned()
+}
+
+/// How many snapshot rows lack some of their source rows.
+pub async fn partial_snapshots(store: &Store) -> i64 {
+    scalar(
+        store,
+        "SELECT COUNT(*) FROM ql3.tool_definition_snapshots AS s WHERE s.package_count <> \
+         (SELECT COUNT(*) FROM ql3.tool_definition_snapshot_sources AS src WHERE src.snapshot_id = s.snapshot_id)",
+    )
+    .await
+}
+
+/// The binary, pointed at a database, logging JSON, outside any pod.
+pub fn exe(url: &str, connect_timeout: &str) -> tokio::process::Command {
+    let mut c = tokio::process::Command::new(crate::executable());
+    c.env("DATABASE_URL", url)
+        .env("PACKAGE_EXECUTOR_LOG_FORMAT", "json")
+        .env("PACKAGE_EXECUTOR_CONNECT_TIMEOUT", connect_timeout)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("JOB_COMPLETION_INDEX")
+        .kill_on_drop(true);
+    c
+}
+
+/// Runs the command and asserts it exited 0 (with its stderr as the message); its output.
+pub async fn succeeds(cmd: &mut tokio::process::Command) -> std::process::Output {
+    let out = cmd.output().await.unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}

@@ -1,0 +1,38 @@
+//! What package-executor's tests, benches and fuzz targets share, as one library instead of
+//! files included by path: a throwaway PostgreSQL server ([`pg`]), storage helpers ([`db`]),
+//! fixtures, builders of pure-core inputs ([`inputs`]), the chart as helm renders it ([`helm`])
+//! and the API server's rules ([`k8s_rules`]), the fault scenarios' harness ([`chaos`],
+//! [`patroni`]) and the fuzz targets' bodies ([`fuzz_targets`]).
+//!
+//! Test code: a failed step panics with what went wrong, so `unwrap` and `expect` are the point.
+#![allow(
+    missing_docs,
+    missing_debug_implementations,
+    clippy::unwrap_used,
+    clippy::expect_used
+)]
+
+pub mod chaos;
+pub mod db;
+pub mod fixtures;
+pub mod fuzz_targets;
+pub mod helm;
+pub mod inputs;
+pub mod k8s_rules;
+pub mod patroni;
+pub mod pg;
+
+use std::path::PathBuf;
+
+/// The `package-executor` binary cargo built beside the running test or bench
+/// (`target/<profile>/package-executor`; the test itself runs from `target/<profile>/deps/`).
+pub fn executable() -> PathBuf {
+    let me = std::env::current_exe().expect("the running test's own path");
+    let deps = me.parent().expect("the test runs from a directory");
+    let profile = if deps.ends_with("deps") {
+        deps.parent().expect("deps/ has a parent")
+    } else {
+        deps
+    };
+    profile.join(format!("package-executor{}", std::env::consts::EXE_SUFFIX))
+}

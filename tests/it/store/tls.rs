@@ -1,0 +1,639 @@
+//! TLS to PostgreSQL, on a real server started with `ssl = on` and certificates made here (a CA,
+//! a server certificate for `localhost` and `127.0.0.1`, a client certificate, and a CA nobody
+//! trusts). Plaintext TCP is refused by `pg_hba.conf` (`hostssl` only), and one login
+//! authenticates with its client certificate alone.
+//!
+//! The handshake tests need a server built with OpenSSL (Debian's are); the PyPI build of
+//! PostgreSQL 18 used beside it has no TLS, so `scripts/test.sh` runs only
+//! `a_server_without_tls_*` there, which checks what `sslmode` does against such a server.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use package_executor_testkit::db;
+use package_executor_testkit::pg;
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use db::*;
+use package_executor::store::{ConnectOptions, Store};
+use pg::PgCluster;
+use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
+use sqlx::Row;
+
+/// The executor's certificate-only login (its common name is the user name).
+const CERT_LOGIN: &str = "pe_cert";
+/// A password that must never appear in anything the executor prints.
+const PASSWORD: &str = "s3cret-never-logged";
+
+struct TlsServer {
+    cluster: PgCluster,
+    certs: PathBuf,
+    client_key_pem: String,
+}
+
+static SERVER: OnceLock<TlsServer> = OnceLock::new();
+static NEXT_DB: AtomicUsize = AtomicUsize::new(0);
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn ca(name: &str) -> CertifiedIssuer<'static, KeyPair> {
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.distinguished_name.push(DnType::CommonName, name);
+    CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap()
+}
+
+/// A leaf certificate and its key, signed by `issuer`.
+fn leaf(
+    issuer: &CertifiedIssuer<'static, KeyPair>,
+    common_name: &str,
+    names: &[&str],
+) -> (String, String) {
+    let mut params =
+        CertificateParams::new(names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>()).unwrap();
+    params
+        .distinguished_name
+        .push(DnType::CommonName, common_name);
+    let key = KeyPair::generate().unwrap();
+    let cert = params.signed_by(&key, issuer).unwrap();
+    (cert.pem(), key.serialize_pem())
+}
+
+fn server() -> &'static TlsServer {
+    SERVER.get_or_init(|| {
+        let base = std::env::temp_dir().join(format!("pe-tls-{}", std::process::id()));
+        // 127.0.0.2 is a second loopback address that the server certificate does not name.
+        let cluster = PgCluster::start_in(
+            base.join("pg"),
+            "listen_addresses = '127.0.0.1,127.0.0.2'\n",
+        );
+        pg::remove_after_exit(&base, &[&cluster.dir]);
+        // Set up over plaintext while pg_hba.conf still trusts it: a migrated template and the
+        // logins (roles are cluster-wide).
+        let admin = cluster.url("postgres");
+        let template = cluster.url("tls_template");
+        pg::block_on(async move {
+            let store = Store::connect(&ConnectOptions::new(admin.clone()))
+                .await
+                .unwrap();
+            let pool = store.pg_pool().unwrap();
+            for sql in [
+                "CREATE DATABASE tls_template".to_owned(),
+                format!("CREATE ROLE pe_executor LOGIN PASSWORD '{PASSWORD}'"),
+                format!("CREATE ROLE {CERT_LOGIN} LOGIN"),
+            ] {
+                sqlx::query(sqlx::AssertSqlSafe(sql))
+                    .execute(&pool)
+                    .await
+                    .unwrap();
+            }
+            store.close().await;
+            let store = Store::connect(&ConnectOptions::new(template))
+                .await
+                .unwrap();
+            store.migrate(true, None).await.unwrap();
+            let pool = store.pg_pool().unwrap();
+            for login in ["pe_executor", CERT_LOGIN] {
+                sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "GRANT ql3_package_executor TO {login}"
+                )))
+                .execute(&pool)
+                .await
+                .unwrap();
+            }
+            store.close().await;
+        });
+        cluster.stop("fast");
+
+        let certs = base.join("certs");
+        std::fs::create_dir_all(&certs).unwrap();
+        let authority = ca("package-executor test CA");
+        let stranger = ca("a CA nobody trusts");
+        let (server_crt, server_key) = leaf(&authority, "localhost", &["localhost", "127.0.0.1"]);
+        let (client_crt, client_key) = leaf(&authority, CERT_LOGIN, &[]);
+        write(&certs, "ca.crt", &authority.pem());
+        write(&certs, "wrong-ca.crt", &stranger.pem());
+        write(&certs, "client.crt", &client_crt);
+        write(&certs, "client.key", &client_key);
+
+        cluster.enable_tls(&server_crt, &server_key, Some(&authority.pem()));
+        // TCP only through TLS; the certificate login by its certificate alone.
+        cluster.write_data_file(
+            "pg_hba.conf",
+            &format!(
+                "local all all trust\n\
+                 hostssl all {CERT_LOGIN} 127.0.0.0/8 cert\n\
+                 hostssl all all 127.0.0.0/8 trust\n"
+            ),
+            0o600,
+        );
+        cluster.start();
+        TlsServer {
+            cluster,
+            certs,
+            client_key_pem: client_key,
+        }
+    })
+}
+
+impl TlsServer {
+    fn cert(&self, name: &str) -> String {
+        self.certs.join(name).display().to_string()
+    }
+
+    /// A URL for `user` on `host` with these query parameters.
+    fn url(&self, user: &str, host: &str, db: &str, query: &str) -> String {
+        format!(
+            "postgres://{user}@{host}:{}/{db}?{query}",
+            self.cluster.port
+        )
+    }
+
+    /// `verify-full` against the right CA.
+    fn verified(&self, user: &str, db: &str) -> String {
+        self.url(
+            user,
+            "localhost",
+            db,
+            &format!("sslmode=verify-full&sslrootcert={}", self.cert("ca.crt")),
+        )
+    }
+
+    /// A fresh database cloned from the migrated template, created over a verified connection.
+    async fn fresh_db(&self) -> String {
+        let name = format!("tls_{}", NEXT_DB.fetch_add(1, Ordering::SeqCst));
+        let admin = self.verified("postgres", "postgres");
+        let create = name.clone();
+        pg::block_on(async move {
+            let store = Store::connect(&ConnectOptions::new(admin)).await.unwrap();
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "CREATE DATABASE {create} TEMPLATE tls_template"
+            )))
+            .execute(&store.pg_pool().unwrap())
+            .await
+            .unwrap();
+            store.close().await;
+        });
+        name
+    }
+
+    /// Rows written to a database, counted over a verified connection.
+    async fn written(&self, db: &str) -> i64 {
+        let store = connect(&self.verified("postgres", db)).await;
+        let n = scalar(
+            &store,
+            "SELECT (SELECT COUNT(*) FROM ql3.projects) + \
+             (SELECT COUNT(*) FROM ql3.tool_definition_snapshots)",
+        )
+        .await;
+        store.close().await;
+        n
+    }
+}
+
+async fn exe_out(url: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = exe(url, "5s");
+    cmd.args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    tokio::time::timeout(Duration::from_secs(120), cmd.output())
+        .await
+        .expect("the command answers")
+        .unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Asserts exit 1 (a configuration mistake, which no retry heals) with `needle` in the
+/// message, and that no secret leaked into the output.
+fn refused(o: &Output, needle: &str, server: &TlsServer) {
+    let err = stderr(o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains(needle), "expected {needle:?} in: {err}");
+    let everything = format!("{err}{}", String::from_utf8_lossy(&o.stdout));
+    assert!(!everything.contains(PASSWORD), "a password was printed");
+    let key_body = server.client_key_pem.lines().nth(1).unwrap();
+    assert!(!everything.contains(key_body), "key material was printed");
+}
+
+fn fixture_path() -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/demo-fixture.json")
+        .display()
+        .to_string()
+}
+
+/// Whether the server says the current connection is encrypted.
+async fn encrypted(url: &str) -> bool {
+    let store = connect(url).await;
+    let row = sqlx::query("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+        .fetch_one(&store.pg_pool().unwrap())
+        .await
+        .unwrap();
+    let ssl: bool = row.get(0);
+    store.close().await;
+    ssl
+}
+
+#[tokio::test]
+async fn verify_full_with_the_right_ca_runs_every_command() {
+    let s = server();
+    let db = s.fresh_db().await;
+    let owner = s.verified("postgres", &db);
+    let executor = s.verified("pe_executor", &db);
+    succeeds(exe(&owner, "5s").arg("migrate")).await;
+    succeeds(exe(&owner, "5s").args(["sources", "import", &fixture_path()])).await;
+    succeeds(exe(&executor, "5s").args(["run", "--json"])).await;
+    let out = succeeds(exe(&executor, "5s").args(["current", "demo-1", "--json"])).await;
+    let current: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        current["snapshotDigest"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:")
+    );
+    assert!(encrypted(&executor).await);
+    // The same through the libpq environment variables and a plain URL.
+    let plain = s.url("pe_executor", "localhost", &db, "");
+    let out = exe_out(
+        &plain,
+        &["current", "demo-2", "--json"],
+        &[
+            ("PGSSLMODE", "verify-full"),
+            ("PGSSLROOTCERT", &s.cert("ca.crt")),
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // Several hosts in one URL, each verified against its own name.
+    let multi = format!(
+        "postgres://pe_executor@localhost:{p},127.0.0.1:{p}/{db}?sslmode=verify-full&sslrootcert={}",
+        s.cert("ca.crt"),
+        p = s.cluster.port
+    );
+    succeeds(exe(&multi, "5s").args(["current", "demo-1"])).await;
+}
+
+#[tokio::test]
+async fn an_unknown_ca_exits_1_and_writes_nothing() {
+    let s = server();
+    let db = s.fresh_db().await;
+    let query = format!("sslmode=verify-full&sslrootcert={}", s.cert("wrong-ca.crt"));
+    let owner = s.url(&format!("postgres:{PASSWORD}"), "localhost", &db, &query);
+    let fixture = fixture_path();
+    for args in [
+        vec!["migrate"],
+        vec!["sources", "import", &fixture],
+        vec!["run"],
+        vec!["current", "demo-1"],
+    ] {
+        let out = exe_out(&owner, &args, &[]).await;
+        refused(&out, "not signed by a CA in sslrootcert", s);
+    }
+    // The libpq variable is honoured the same way.
+    let plain = s.url("postgres", "localhost", &db, "");
+    let out = exe_out(
+        &plain,
+        &["sources", "import", &fixture],
+        &[
+            ("PGSSLMODE", "verify-ca"),
+            ("PGSSLROOTCERT", &s.cert("wrong-ca.crt")),
+        ],
+    )
+    .await;
+    refused(&out, "not signed by a CA", s);
+    // libpq's rule: `require` with a root certificate verifies the chain.
+    let out = exe_out(
+        &s.url(
+            "postgres",
+            "localhost",
+            &db,
+            &format!("sslmode=require&sslrootcert={}", s.cert("wrong-ca.crt")),
+        ),
+        &["sources", "import", &fixture],
+        &[],
+    )
+    .await;
+    refused(&out, "not signed by a CA", s);
+    assert_eq!(s.written(&db).await, 0, "nothing was written");
+}
+
+#[tokio::test]
+async fn a_host_name_the_certificate_lacks_exits_1_under_verify_full() {
+    let s = server();
+    let db = s.fresh_db().await;
+    let ca = format!("sslrootcert={}", s.cert("ca.crt"));
+    let full = s.url(
+        "postgres",
+        "127.0.0.2",
+        &db,
+        &format!("sslmode=verify-full&{ca}"),
+    );
+    let out = exe_out(&full, &["sources", "import", &fixture_path()], &[]).await;
+    refused(&out, "does not name the host", s);
+    assert_eq!(s.written(&db).await, 0, "nothing was written");
+    // verify-ca checks the chain only, so the same host is accepted.
+    let chain_only = s.url(
+        "postgres",
+        "127.0.0.2",
+        &db,
+        &format!("sslmode=verify-ca&{ca}"),
+    );
+    succeeds(exe(&chain_only, "5s").args(["sources", "import", &fixture_path()])).await;
+    assert!(s.written(&db).await > 0);
+}
+
+#[tokio::test]
+async fn plaintext_against_a_hostssl_only_server_exits_1() {
+    let s = server();
+    let db = s.fresh_db().await;
+    let url = s.url(
+        &format!("postgres:{PASSWORD}"),
+        "localhost",
+        &db,
+        "sslmode=disable",
+    );
+    let out = exe_out(&url, &["sources", "import", &fixture_path()], &[]).await;
+    refused(&out, "hostssl", s);
+    assert_eq!(s.written(&db).await, 0, "nothing was written");
+}
+
+#[tokio::test]
+async fn require_encrypts_without_verifying() {
+    let s = server();
+    let db = s.fresh_db().await;
+    // No root certificate: the chain is not checked (the CA is unknown to the system store).
+    let url = s.url("postgres", "127.0.0.2", &db, "sslmode=require");
+    assert!(encrypted(&url).await);
+    succeeds(exe(&url, "5s").args(["sources", "import", &fixture_path()])).await;
+    // `prefer`, the default, encrypts too when the server offers TLS.
+    assert!(encrypted(&s.url("postgres", "localhost", &db, "")).await);
+}
+
+#[tokio::test]
+async fn a_client_certificate_alone_logs_the_executor_in() {
+    let s = server();
+    let db = s.fresh_db().await;
+    succeeds(exe(&s.verified("postgres", &db), "5s").args(["sources", "import", &fixture_path()]))
+        .await;
+    let with_cert = s.url(
+        CERT_LOGIN,
+        "localhost",
+        &db,
+        &format!(
+            "sslmode=verify-full&sslrootcert={}&sslcert={}&sslkey={}",
+            s.cert("ca.crt"),
+            s.cert("client.crt"),
+            s.cert("client.key")
+        ),
+    );
+    let out = succeeds(exe(&with_cert, "5s").args(["run", "--json"])).await;
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["published"], 3, "{summary}");
+    succeeds(exe(&with_cert, "5s").args(["current", "demo-1"])).await;
+    // The same login without its certificate is refused.
+    let without = s.verified(CERT_LOGIN, &db);
+    let out = exe_out(&without, &["current", "demo-1"], &[]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+}
+
+/// Runs on every build, including one without TLS support: `require` and stricter refuse a
+/// server that does not offer TLS, `prefer` (the default) falls back to plaintext.
+#[tokio::test]
+async fn a_server_without_tls_is_refused_unless_sslmode_allows_plaintext() {
+    let url = pg::fresh_db().await;
+    for mode in ["require", "verify-ca", "verify-full"] {
+        let out = exe_out(
+            &format!("{url}?sslmode={mode}"),
+            &["sources", "import", &fixture_path()],
+            &[],
+        )
+        .await;
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{mode}: {err}");
+        assert!(err.contains("refused TLS"), "{mode}: {err}");
+    }
+    let store = connect(&url).await;
+    assert_eq!(scalar(&store, "SELECT COUNT(*) FROM ql3.projects").await, 0);
+    store.close().await;
+    for mode in ["prefer", "disable"] {
+        succeeds(exe(&format!("{url}?sslmode={mode}"), "5s").args([
+            "sources",
+            "import",
+            &fixture_path(),
+        ]))
+        .await;
+    }
+    let store = connect(&url).await;
+    assert_eq!(scalar(&store, "SELECT COUNT(*) FROM ql3.projects").await, 4);
+    store.close().await;
+}
+
+/// Runs `openssl` in `dir`, asserting it succeeds.
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = std::process::Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("openssl");
+    assert!(out.status.success(), "openssl {args:?}: {}", stderr(&out));
+}
+
+/// Certificates made in `dir` with the openssl recipe of PostgreSQL's documentation: a CA
+/// (`ca.crt`, `ca.key`), and leaves signed by it with `openssl x509 -req`.
+struct Recipe<'a>(&'a Path);
+
+impl Recipe<'_> {
+    fn ca(&self) -> &Self {
+        openssl(
+            self.0,
+            &[
+                "req",
+                "-new",
+                "-x509",
+                "-days",
+                "30",
+                "-nodes",
+                "-subj",
+                "/CN=test-ca",
+                "-keyout",
+                "ca.key",
+                "-out",
+                "ca.crt",
+            ],
+        );
+        self
+    }
+
+    /// `<name>.crt` and `<name>.key` for `cn`: X.509 v1 without extensions, as the recipe
+    /// makes it, or v3 with the extension line `ext`.
+    fn leaf(&self, name: &str, cn: &str, ext: Option<&str>) -> &Self {
+        let (key, csr, crt) = (
+            format!("{name}.key"),
+            format!("{name}.csr"),
+            format!("{name}.crt"),
+        );
+        openssl(
+            self.0,
+            &[
+                "req",
+                "-new",
+                "-nodes",
+                "-subj",
+                &format!("/CN={cn}"),
+                "-keyout",
+                &key,
+                "-out",
+                &csr,
+            ],
+        );
+        let mut args = vec![
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-days",
+            "30",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            &crt,
+        ];
+        let ext_file = format!("{name}.ext");
+        if let Some(line) = ext {
+            std::fs::write(self.0.join(&ext_file), format!("{line}\n")).unwrap();
+            args.extend(["-extfile", ext_file.as_str()]);
+        }
+        openssl(self.0, &args);
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(self.0.join(&key), std::fs::Permissions::from_mode(0o600))
+            .unwrap();
+        self
+    }
+
+    /// Whether `<name>.crt` is X.509 v1.
+    fn is_v1(&self, name: &str) -> bool {
+        let text = std::process::Command::new("openssl")
+            .args(["x509", "-noout", "-text", "-in"])
+            .arg(self.0.join(format!("{name}.crt")))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&text.stdout).contains("Version: 1 (0x0)")
+    }
+
+    fn read(&self, file: &str) -> String {
+        std::fs::read_to_string(self.0.join(file)).unwrap()
+    }
+
+    fn path(&self, file: &str) -> String {
+        self.0.join(file).display().to_string()
+    }
+}
+
+/// A server certificate made with the recipe in PostgreSQL's documentation (`openssl x509
+/// -req`, no extensions) is X.509 v1, which libpq accepts and rustls does not: the executor
+/// refuses at once (exit 1, not the retried 8) and says which certificate and how to reissue it.
+#[tokio::test]
+async fn a_v1_server_certificate_exits_1_and_says_how_to_reissue_it() {
+    let base = tempfile::tempdir().unwrap();
+    let cluster = PgCluster::start_in(base.path().join("pg"), "");
+    cluster.stop("fast");
+    let certs = base.path().join("certs");
+    std::fs::create_dir(&certs).unwrap();
+    let recipe = Recipe(&certs);
+    recipe.ca().leaf("server", "localhost", None);
+    assert!(recipe.is_v1("server"), "the recipe makes a v1 certificate");
+    cluster.enable_tls(&recipe.read("server.crt"), &recipe.read("server.key"), None);
+    cluster.start();
+    for mode in ["verify-ca", "verify-full"] {
+        let url = format!(
+            "postgres://postgres@localhost:{}/postgres?sslmode={mode}&sslrootcert={}",
+            cluster.port,
+            recipe.path("ca.crt")
+        );
+        let out = exe_out(&url, &["migrate"], &[]).await;
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{mode}: {err}");
+        assert!(
+            err.contains("X.509 v1") && err.contains("-extfile"),
+            "{mode}: {err}"
+        );
+    }
+    cluster.stop("fast");
+}
+
+/// A *client* certificate made with the same recipe (X.509 v1), which libpq logs in with, is
+/// refused before connecting (exit 1, not the retried 8), naming the file and how to reissue
+/// it; the same login with that certificate reissued as v3 works. (rustls fails mid-handshake
+/// on a v1 client certificate, as "invalid peer certificate".)
+#[tokio::test]
+async fn a_v1_client_certificate_is_refused_at_once_and_v3_logs_in() {
+    let base = tempfile::tempdir().unwrap();
+    let cluster = PgCluster::start_in(base.path().join("pg"), "");
+    cluster.stop("fast");
+    let certs = base.path().join("certs");
+    std::fs::create_dir(&certs).unwrap();
+    let recipe = Recipe(&certs);
+    // The server's certificate as v3, with the name verify-full checks; the client's as the
+    // documentation's recipe makes it.
+    recipe
+        .ca()
+        .leaf("server", "localhost", Some("subjectAltName=DNS:localhost"))
+        .leaf("client", "postgres", None);
+    assert!(recipe.is_v1("client"));
+    cluster.enable_tls(
+        &recipe.read("server.crt"),
+        &recipe.read("server.key"),
+        Some(&recipe.read("ca.crt")),
+    );
+    cluster.write_data_file(
+        "pg_hba.conf",
+        "local all all trust\nhostssl all all 127.0.0.0/8 cert\n",
+        0o600,
+    );
+    cluster.start();
+    let plain = format!(
+        "postgres://postgres@localhost:{}/postgres?sslmode=verify-full&sslrootcert={}",
+        cluster.port,
+        recipe.path("ca.crt")
+    );
+    let url = format!(
+        "{plain}&sslcert={}&sslkey={}",
+        recipe.path("client.crt"),
+        recipe.path("client.key")
+    );
+    let out = exe_out(&url, &["migrate", "--create-roles"], &[]).await;
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("client certificate") && err.contains("X.509 v1") && err.contains("-extfile"),
+        "{err}"
+    );
+    // The same through PGSSLCERT, as the chart sets it.
+    let env = [
+        ("PGSSLCERT", recipe.path("client.crt")),
+        ("PGSSLKEY", recipe.path("client.key")),
+    ];
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let out = exe_out(&plain, &["migrate", "--create-roles"], &env).await;
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    // Reissued as v3 (one extension is enough), the same login works.
+    recipe.leaf("client", "postgres", Some("extendedKeyUsage=clientAuth"));
+    assert!(!recipe.is_v1("client"));
+    let out = exe_out(&url, &["migrate", "--create-roles"], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    cluster.stop("fast");
+}
