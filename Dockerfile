@@ -15,6 +15,7 @@ WORKDIR /src
 # workspace's own crates. The test targets' stubs stay: the tests are not part of the image.
 COPY Cargo.toml Cargo.lock ./
 COPY crates/core/Cargo.toml crates/core/
+COPY crates/store/Cargo.toml crates/store/
 COPY crates/testkit/Cargo.toml crates/testkit/
 RUN mkdir -p src benches \
  && printf '//! Stub: the dependency layer.\nfn main() {}\n' > src/main.rs \
@@ -26,7 +27,6 @@ RUN mkdir -p src benches \
  && rm -rf src benches crates/*/src
 COPY crates ./crates
 COPY src ./src
-COPY migrations ./migrations
 COPY examples ./examples
 COPY benches ./benches
 # The stubs' build left newer timestamps on the crate's own outputs: make sure it is rebuilt.

@@ -15,9 +15,9 @@ pub mod coordinator;
 pub mod k8s;
 pub mod metrics;
 pub mod sources;
-pub mod store;
 
 pub use package_executor_core::{
     canonical, defaults, identity, model, planner, quote, rejection, report, revision, source_key,
     verify,
 };
+pub use package_executor_store as store;

@@ -6,7 +6,7 @@ use kube::Api;
 
 use crate::cli::TriggerArgs;
 use crate::k8s::job;
-use crate::k8s::trigger::{TriggerOptions, trigger as run_trigger};
+use crate::k8s::trigger::{TriggerOptions, Triggered, trigger as run_trigger};
 use crate::report::exit;
 
 /// The Job `trigger` would create from a template file.
@@ -63,7 +63,9 @@ pub async fn trigger(args: &TriggerArgs) -> anyhow::Result<i32> {
         timeout: args.timeout,
     };
     match run_trigger(&api, &job, &opts).await {
-        Ok(code) => Ok(code),
+        Ok(Triggered::Complete) => Ok(exit::OK),
+        Ok(Triggered::Failed) => Ok(exit::JOB_FAILED),
+        Ok(Triggered::TimedOut) => Ok(exit::TIMEOUT),
         Err(e) => {
             eprintln!("error: {e}");
             Ok(exit::ERROR)

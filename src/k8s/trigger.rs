@@ -9,7 +9,6 @@ use kube::api::{Api, DeleteParams, PostParams, Preconditions, PropagationPolicy}
 use kube::runtime::wait::{self, await_condition, delete::delete_and_finalize};
 
 use super::job::PUBLICATION_ANNOTATION;
-use crate::report::exit;
 
 /// What `trigger` is told beyond the Job itself.
 #[derive(Clone, Debug)]
@@ -105,17 +104,28 @@ pub async fn template_from_cluster(api: &Api<CronJob>, name: &str) -> Result<Job
     }
 }
 
-/// Runs `trigger` against an API; returns the exit code (0, 7, 124) or an error (exit 1).
+/// How a trigger ended; the command maps it to its exit code (contract section 10).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Triggered {
+    /// The Job completed (or runs, and nobody asked to wait).
+    Complete,
+    /// The Job failed, or was deleted while waited for.
+    Failed,
+    /// `--timeout` passed first.
+    TimedOut,
+}
+
+/// Runs `trigger` against an API.
 pub async fn trigger(
     api: &Api<Job>,
     job: &Job,
     opts: &TriggerOptions,
-) -> Result<i32, TriggerError> {
+) -> Result<Triggered, TriggerError> {
     match tokio::time::timeout(opts.timeout, trigger_inner(api, job, opts)).await {
         Ok(result) => result,
         Err(_) => {
             tracing::error!(timeout = ?opts.timeout, "trigger timed out");
-            Ok(exit::TIMEOUT)
+            Ok(Triggered::TimedOut)
         }
     }
 }
@@ -124,7 +134,7 @@ async fn trigger_inner(
     api: &Api<Job>,
     job: &Job,
     opts: &TriggerOptions,
-) -> Result<i32, TriggerError> {
+) -> Result<Triggered, TriggerError> {
     let name = job.metadata.name.clone().ok_or(TriggerError::Unnamed)?;
     let wanted = annotation(job).unwrap_or_default();
     let current = loop {
@@ -172,9 +182,9 @@ async fn trigger_inner(
         }
     };
     match state(&current) {
-        JobState::Complete => return Ok(exit::OK),
-        JobState::Failed => return Ok(exit::JOB_FAILED),
-        JobState::Running if !opts.wait => return Ok(exit::OK),
+        JobState::Complete => return Ok(Triggered::Complete),
+        JobState::Failed => return Ok(Triggered::Failed),
+        JobState::Running if !opts.wait => return Ok(Triggered::Complete),
         JobState::Running => {}
     }
     // kube's watcher: a list, then a watch from its version, resumed (and re-listed on 410
@@ -183,9 +193,9 @@ async fn trigger_inner(
     match await_condition(api.clone(), &name, ended).await? {
         None => {
             tracing::error!(job = %name, "the Job was deleted while waiting");
-            Ok(exit::JOB_FAILED)
+            Ok(Triggered::Failed)
         }
-        Some(j) if state(&j) == JobState::Complete => Ok(exit::OK),
-        Some(_) => Ok(exit::JOB_FAILED),
+        Some(j) if state(&j) == JobState::Complete => Ok(Triggered::Complete),
+        Some(_) => Ok(Triggered::Failed),
     }
 }

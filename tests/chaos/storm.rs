@@ -24,22 +24,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use chaos::{Rng, consumer_check};
+use chaos::{Rng, consumer_check, kill, sh};
 use db::*;
 use package_executor::sources;
 use package_executor::store::Store;
 use pg::PgCluster;
 
 const PROJECTS: usize = 60;
-
-fn sh(args: &[&str]) {
-    let out = StdCommand::new(args[0]).args(&args[1..]).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 /// The server's network namespace and the veth pair to it; removed on drop.
 struct Netns {
@@ -146,14 +137,6 @@ fn start_in_netns(cluster: &PgCluster, ns: &Netns) {
         "60",
         "start",
     ]);
-}
-
-/// SIGKILL to a replica; one that already exited is fine ("No such process" is not news).
-fn kill(pid: u32) {
-    let _ = StdCommand::new("kill")
-        .args(["-KILL", &pid.to_string()])
-        .stderr(std::process::Stdio::null())
-        .status();
 }
 
 fn server_running(cluster: &PgCluster) -> bool {

@@ -8,7 +8,9 @@
 
 pub mod canonical;
 pub mod defaults;
+pub mod fixture;
 pub mod identity;
+pub mod import_rows;
 pub mod model;
 pub mod planner;
 pub mod quote;

@@ -1,7 +1,9 @@
-//! Newtypes for the identifiers and digests the executor passes around.
+//! The source formats of contract section 5 (`is_project_id`, `is_package_name`, …) and the
+//! newtypes that carry a check's result: [`Digest`] and [`Generation`].
 //!
-//! Each type is a proof that its contents were checked against the source formats of
-//! contract section 5, so code further in never re-validates and never confuses one id for another.
+//! Ids travel as text: they arrive in rows the control plane wrote, and the planner checks each
+//! head's formats once, where the rows enter the pure core (an id a control plane got wrong is
+//! that project's rejection, never a panic or another project's failure).
 
 use std::fmt;
 
@@ -63,18 +65,6 @@ fn truncate_for_display(s: &str) -> String {
     }
 }
 
-string_newtype!(
-    /// A project id: `^[A-Za-z0-9._-]{1,128}$`.
-    ProjectId, is_project_id, "project id (expected ^[A-Za-z0-9._-]{1,128}$)"
-);
-string_newtype!(
-    /// An installation id: `^[A-Za-z0-9._:-]{1,128}$`.
-    InstallationId, is_installation_id, "installation id (expected ^[A-Za-z0-9._:-]{1,128}$)"
-);
-string_newtype!(
-    /// A package name: npm-style, optionally scoped, at most 214 characters.
-    PackageName, is_package_name, "package name (expected ^(@[a-z0-9][a-z0-9._-]*/)?[a-z0-9][a-z0-9._-]*$, at most 214 characters)"
-);
 string_newtype!(
     /// A content digest: `sha256:` and 64 lowercase hex digits.
     Digest, is_digest, "digest (expected sha256: and 64 lowercase hex digits)"

@@ -130,3 +130,24 @@ pub async fn consumer_check_on(conn: &mut PgConnection, project: &str, seed: u64
     );
     Some(true)
 }
+
+/// Runs a command (`ip`, `nft`, …) that must succeed; its stderr is the failure's message.
+pub fn sh(args: &[&str]) {
+    let out = std::process::Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// SIGKILL to a process; one that already exited is fine ("No such process" is not news).
+pub fn kill(pid: u32) {
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .stderr(std::process::Stdio::null())
+        .status();
+}

@@ -18,6 +18,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::chaos::sh;
+
 /// Patroni's timing, as the measurements used: the leader key lives 10 s, a member
 /// loops every 2 s. `loop_wait + 2 * retry_timeout <= ttl`, as Patroni requires.
 const TTL: u64 = 10;
@@ -25,15 +27,6 @@ const LOOP_WAIT: u64 = 2;
 const RETRY_TIMEOUT: u64 = 3;
 const REST_PORT: u16 = 8008;
 pub const PG_PORT: u16 = 5432;
-
-fn sh(args: &[&str]) {
-    let out = Command::new(args[0]).args(&args[1..]).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 fn quiet(args: &[&str]) {
     let _ = Command::new(args[0])

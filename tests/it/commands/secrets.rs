@@ -207,7 +207,9 @@ fn url(form: Form, failure: Failure, port: u16, db: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_password_reaches_any_output() {
-    let cluster = pg::cluster();
+    // A server of its own: the shared one's other tests log in without passwords.
+    let base = tempfile::tempdir().unwrap();
+    let cluster = pg::PgCluster::start_in(base.path().join("pg"), "");
     // Password logins for everyone but the superuser the harness uses.
     let hba = cluster.data_dir().join("pg_hba.conf");
     std::fs::write(
@@ -218,8 +220,9 @@ async fn no_password_reaches_any_output() {
     .unwrap();
     let data = cluster.data_dir();
     cluster.run("pg_ctl", &["-D", data.to_str().unwrap(), "reload"]);
-    let admin_url = pg::fresh_db().await;
+    let admin_url = cluster.url("postgres");
     let admin = db::connect(&admin_url).await;
+    admin.migrate(true, None).await.unwrap();
     db::import(&admin, db::DEMO).await;
     for statement in [
         format!("CREATE ROLE leaky LOGIN PASSWORD '{SECRET}'"),

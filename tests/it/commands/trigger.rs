@@ -11,7 +11,7 @@ use k8s_openapi::api::batch::v1::{CronJob, Job, JobCondition, JobStatus};
 use kube::client::Body;
 use kube::{Api, Client};
 use package_executor::k8s::job::{self, PUBLICATION_ANNOTATION};
-use package_executor::k8s::trigger::{TriggerOptions, trigger};
+use package_executor::k8s::trigger::{TriggerOptions, Triggered, trigger};
 
 type Handle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
 
@@ -160,7 +160,10 @@ async fn creates_the_job() {
         let created: Job = serde_json::from_value(body).unwrap();
         send.send_response(json(StatusCode::CREATED, &running(created)));
     });
-    assert_eq!(trigger(&api, &job, &opts(false, false)).await.unwrap(), 0);
+    assert_eq!(
+        trigger(&api, &job, &opts(false, false)).await.unwrap(),
+        Triggered::Complete
+    );
     server.await.unwrap();
 }
 
@@ -176,7 +179,10 @@ async fn conflict_attaches_to_our_job() {
         let (_, _, send) = expect(&mut handle, Method::GET, &format!("{JOBS}/{name}")).await;
         send.send_response(json(StatusCode::OK, &existing));
     });
-    assert_eq!(trigger(&api, &job, &opts(false, false)).await.unwrap(), 0);
+    assert_eq!(
+        trigger(&api, &job, &opts(false, false)).await.unwrap(),
+        Triggered::Complete
+    );
     server.await.unwrap();
 }
 
@@ -221,7 +227,10 @@ async fn failed_job_is_replaced_only_with_replace_failed() {
             handle
         })
     };
-    assert_eq!(trigger(&api, &job, &opts(false, false)).await.unwrap(), 7);
+    assert_eq!(
+        trigger(&api, &job, &opts(false, false)).await.unwrap(),
+        Triggered::Failed
+    );
     let mut handle = server.await.unwrap();
     assert!(
         tokio::time::timeout(Duration::from_millis(100), handle.next_request())
@@ -258,16 +267,19 @@ async fn failed_job_is_replaced_only_with_replace_failed() {
             &running(serde_json::from_value(body).unwrap()),
         ));
     });
-    assert_eq!(trigger(&api, &job, &opts(false, true)).await.unwrap(), 0);
+    assert_eq!(
+        trigger(&api, &job, &opts(false, true)).await.unwrap(),
+        Triggered::Complete
+    );
     server.await.unwrap();
 }
 
-async fn wait_for(final_condition: &str) -> i32 {
+async fn wait_for(final_condition: &str) -> Triggered {
     wait_for_event(final_condition, "MODIFIED").await
 }
 
 /// Waits on a Job that the watch then reports with `event` and `final_condition`.
-async fn wait_for_event(final_condition: &str, event: &'static str) -> i32 {
+async fn wait_for_event(final_condition: &str, event: &'static str) -> Triggered {
     let (api, mut handle) = setup();
     let job = the_job("pub-5");
     let name = job.metadata.name.clone().unwrap();
@@ -309,17 +321,20 @@ async fn wait_for_event(final_condition: &str, event: &'static str) -> i32 {
 
 #[tokio::test]
 async fn wait_ends_complete_with_0() {
-    assert_eq!(wait_for("Complete").await, 0);
+    assert_eq!(wait_for("Complete").await, Triggered::Complete);
 }
 
 #[tokio::test]
 async fn wait_ends_failed_with_7() {
-    assert_eq!(wait_for("Failed").await, 7);
+    assert_eq!(wait_for("Failed").await, Triggered::Failed);
 }
 
 #[tokio::test]
 async fn a_job_deleted_while_waiting_is_a_failure() {
-    assert_eq!(wait_for_event("Complete", "DELETED").await, 7);
+    assert_eq!(
+        wait_for_event("Complete", "DELETED").await,
+        Triggered::Failed
+    );
 }
 
 #[tokio::test]
@@ -342,7 +357,10 @@ async fn wait_times_out_with_124() {
         wait: true,
         timeout: Duration::from_millis(300),
     };
-    assert_eq!(trigger(&api, &job, &quick).await.unwrap(), 124);
+    assert_eq!(
+        trigger(&api, &job, &quick).await.unwrap(),
+        Triggered::TimedOut
+    );
     hold_tx.send(()).ok();
     server.await.unwrap();
 }
@@ -409,7 +427,10 @@ async fn a_failed_job_already_gone_is_created_again() {
             &running(serde_json::from_value(body).unwrap()),
         ));
     });
-    assert_eq!(trigger(&api, &job, &opts(false, true)).await.unwrap(), 0);
+    assert_eq!(
+        trigger(&api, &job, &opts(false, true)).await.unwrap(),
+        Triggered::Complete
+    );
     server.await.unwrap();
 }
 
@@ -497,7 +518,10 @@ async fn from_cronjob_reads_the_template_and_creates_the_job_of_it() {
             .unwrap()
             .starts_with("pe-package-executor-recovery-")
     );
-    assert_eq!(trigger(&jobs, &job, &opts(false, false)).await.unwrap(), 0);
+    assert_eq!(
+        trigger(&jobs, &job, &opts(false, false)).await.unwrap(),
+        Triggered::Complete
+    );
     server.await.unwrap();
 }
 

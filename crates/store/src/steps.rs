@@ -25,9 +25,9 @@ use sqlx::Row;
 use super::attempt::head_of;
 use super::sql;
 use super::{Attempt, Dialect, ObservedHead, RecordedRejection, StoreError};
-use crate::planner::{ActiveHead, Snapshot, StoredLength};
-use crate::rejection::RejectionCode;
-use crate::source_key::source_key;
+use package_executor_core::planner::{ActiveHead, Snapshot, StoredLength};
+use package_executor_core::rejection::RejectionCode;
+use package_executor_core::source_key::source_key;
 
 /// What opening an attempt found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

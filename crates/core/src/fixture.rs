@@ -14,9 +14,38 @@ use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::input;
+use serde_json::json;
+
 use crate::canonical::{self, JsonError};
-use crate::store::StoreError;
+use crate::model::Digest;
+
+/// A fixture that is not what contract section 11 describes: the message names what to fix
+/// (the storage layer reports it as bad input).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct FixtureError(pub String);
+
+fn input(msg: impl Into<String>) -> FixtureError {
+    FixtureError(msg.into())
+}
+
+/// A generation's default digest (contract section 11).
+pub fn generation_digest(
+    installation_id: &str,
+    generation: i64,
+    lock_digest: &str,
+    revision_digest: &str,
+    approved_permissions: &[String],
+) -> Digest {
+    canonical::digest(&json!({
+        "schema": "qinglong/package-generation@v1",
+        "installationId": installation_id,
+        "generation": generation,
+        "lockDigest": lock_digest,
+        "revisionDigest": revision_digest,
+        "approvedPermissions": approved_permissions,
+    }))
+}
 
 /// `schema` of a fixture file.
 pub const FIXTURE_SCHEMA: &str = "package-executor/fixture@v1";
@@ -81,7 +110,7 @@ pub struct FixtureGeneration {
 }
 
 /// Parses a whole fixture held in memory (the streaming reader, collected).
-pub fn parse_fixture(bytes: &[u8]) -> Result<Fixture, StoreError> {
+pub fn parse_fixture(bytes: &[u8]) -> Result<Fixture, FixtureError> {
     let mut projects = Vec::new();
     read_fixture(bytes, |p| {
         projects.push(p);
@@ -100,10 +129,10 @@ pub fn parse_fixture(bytes: &[u8]) -> Result<Fixture, StoreError> {
 /// `schema` may follow `projects` in the file; it is checked when it is met, and its absence at
 /// the end. Callers that write as they read must therefore treat the whole read as one unit
 /// (the importer writes in one transaction).
-pub fn read_fixture<R: Read>(
+pub fn read_fixture<R: Read, E: From<FixtureError> + fmt::Display>(
     reader: R,
-    mut each: impl FnMut(FixtureProject) -> Result<(), StoreError>,
-) -> Result<usize, StoreError> {
+    mut each: impl FnMut(FixtureProject) -> Result<(), E>,
+) -> Result<usize, E> {
     let mut de = serde_json::Deserializer::from_reader(reader);
     let mut state = ReadState {
         each: &mut each,
@@ -120,10 +149,11 @@ pub fn read_fixture<R: Read>(
     match found.schema {
         None => Err(input(format!(
             "the fixture has no schema member; expected {FIXTURE_SCHEMA:?}"
-        ))),
-        Some(_) if !found.projects => Err(input(
-            "the fixture has no projects member; give \"projects\": [...]",
-        )),
+        ))
+        .into()),
+        Some(_) if !found.projects => {
+            Err(input("the fixture has no projects member; give \"projects\": [...]").into())
+        }
         Some(_) => Ok(state.projects),
     }
 }
@@ -134,25 +164,25 @@ struct Found {
     projects: bool,
 }
 
-struct ReadState<'a, F> {
+struct ReadState<'a, F, E> {
     each: &'a mut F,
     /// The typed error behind a serde error this reader raised itself.
-    failed: Option<StoreError>,
+    failed: Option<E>,
     projects: usize,
 }
 
-impl<F> ReadState<'_, F> {
+impl<F, E: fmt::Display> ReadState<'_, F, E> {
     /// Keeps `e` as the read's error and gives serde one to unwind with.
-    fn fail<E: de::Error>(&mut self, e: StoreError) -> E {
+    fn fail<D: de::Error>(&mut self, e: E) -> D {
         let message = e.to_string();
         self.failed = Some(e);
-        E::custom(message)
+        D::custom(message)
     }
 }
 
-impl<'de, F> DeserializeSeed<'de> for &mut ReadState<'_, F>
+impl<'de, F, E: From<FixtureError> + fmt::Display> DeserializeSeed<'de> for &mut ReadState<'_, F, E>
 where
-    F: FnMut(FixtureProject) -> Result<(), StoreError>,
+    F: FnMut(FixtureProject) -> Result<(), E>,
 {
     type Value = Found;
 
@@ -161,9 +191,9 @@ where
     }
 }
 
-impl<'de, F> Visitor<'de> for &mut ReadState<'_, F>
+impl<'de, F, E: From<FixtureError> + fmt::Display> Visitor<'de> for &mut ReadState<'_, F, E>
 where
-    F: FnMut(FixtureProject) -> Result<(), StoreError>,
+    F: FnMut(FixtureProject) -> Result<(), E>,
 {
     type Value = Found;
 
@@ -181,9 +211,12 @@ where
                 "schema" if found.schema.is_none() => {
                     let schema: String = map.next_value()?;
                     if schema != FIXTURE_SCHEMA {
-                        return Err(self.fail(input(format!(
-                            "the fixture's schema is {schema:?}; expected {FIXTURE_SCHEMA:?}"
-                        ))));
+                        return Err(self.fail(
+                            input(format!(
+                                "the fixture's schema is {schema:?}; expected {FIXTURE_SCHEMA:?}"
+                            ))
+                            .into(),
+                        ));
                     }
                     found.schema = Some(schema);
                 }
@@ -206,11 +239,11 @@ where
 }
 
 /// The `projects` array, element by element.
-struct Projects<'s, 'a, F>(&'s mut ReadState<'a, F>);
+struct Projects<'s, 'a, F, E>(&'s mut ReadState<'a, F, E>);
 
-impl<'de, F> DeserializeSeed<'de> for Projects<'_, '_, F>
+impl<'de, F, E: From<FixtureError> + fmt::Display> DeserializeSeed<'de> for Projects<'_, '_, F, E>
 where
-    F: FnMut(FixtureProject) -> Result<(), StoreError>,
+    F: FnMut(FixtureProject) -> Result<(), E>,
 {
     type Value = ();
 
@@ -219,9 +252,9 @@ where
     }
 }
 
-impl<'de, F> Visitor<'de> for Projects<'_, '_, F>
+impl<'de, F, E: From<FixtureError> + fmt::Display> Visitor<'de> for Projects<'_, '_, F, E>
 where
-    F: FnMut(FixtureProject) -> Result<(), StoreError>,
+    F: FnMut(FixtureProject) -> Result<(), E>,
 {
     type Value = ();
 
@@ -233,7 +266,7 @@ where
         let state = self.0;
         while let Some(raw) = seq.next_element::<Box<RawValue>>()? {
             let index = state.projects;
-            let project = typed_project(raw.get(), index).map_err(|e| state.fail(e))?;
+            let project = typed_project(raw.get(), index).map_err(|e| state.fail(e.into()))?;
             state.projects += 1;
             (state.each)(project).map_err(|e| state.fail(e))?;
         }
@@ -243,7 +276,7 @@ where
 
 /// One project's raw text, checked strictly and typed. The project sits two levels down
 /// (document, array), so its own text may nest two levels less.
-fn typed_project(raw: &str, index: usize) -> Result<FixtureProject, StoreError> {
+fn typed_project(raw: &str, index: usize) -> Result<FixtureProject, FixtureError> {
     let value = canonical::parse_strict(raw.as_bytes(), MAX_DEPTH - 2).map_err(|e| {
         // Say the limit as the document counts it.
         let e = match e {
@@ -274,7 +307,7 @@ mod tests {
         let mut ids = Vec::new();
         read_fixture(text.as_bytes(), |p| {
             ids.push(p.project_id);
-            Ok(())
+            Ok::<_, FixtureError>(())
         })
         .map(|_| ids)
         .map_err(|e| e.to_string())
@@ -338,19 +371,35 @@ mod tests {
         assert!(err.contains("nested deeper than 256 levels"), "{err}");
     }
 
+    /// A caller's own error type, as the storage layer's is.
+    #[derive(Debug)]
+    enum Caller {
+        Stop,
+        Fixture,
+    }
+
+    impl From<FixtureError> for Caller {
+        fn from(_: FixtureError) -> Self {
+            Self::Fixture
+        }
+    }
+
+    impl fmt::Display for Caller {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            write!(f, "{self:?}")
+        }
+    }
+
     #[test]
     fn an_error_of_the_caller_ends_the_read_and_is_returned_as_is() {
         let text = r#"{"schema":"package-executor/fixture@v1","projects":[{"projectId":"a"},{"projectId":"b"}]}"#;
         let mut seen = 0;
         let err = read_fixture(text.as_bytes(), |_| {
             seen += 1;
-            Err(StoreError::Transient("stop".into()))
+            Err(Caller::Stop)
         })
         .unwrap_err();
         assert_eq!(seen, 1);
-        assert!(
-            matches!(err, StoreError::Transient(ref m) if m == "stop"),
-            "{err:?}"
-        );
+        assert!(matches!(err, Caller::Stop), "{err:?}");
     }
 }

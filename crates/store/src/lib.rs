@@ -3,7 +3,9 @@
 //! COMMITTED transaction, the unit of work of the coordinator.
 
 mod attempt;
+pub mod control;
 mod error;
+mod import;
 pub mod migrate;
 mod primary;
 mod queries;
@@ -34,8 +36,8 @@ pub use queries::{
     Current, CurrentHead, CurrentSnapshot, NewestSnapshot, RecordedRejection, StoredSnapshot,
 };
 
-use crate::defaults;
-use crate::planner::ActiveHead;
+use package_executor_core::defaults;
+use package_executor_core::planner::ActiveHead;
 
 /// Which SQL dialect a store speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -10,9 +10,9 @@ use sqlx::{AssertSqlSafe, Postgres, Row, Sqlite, Transaction};
 use super::queries::{Current, CurrentHead, CurrentSnapshot, NewestSnapshot, StoredSnapshot};
 use super::sql::{self, for_dialect};
 use super::{Dialect, ObservedHead, StoreError};
-use crate::planner::{ActiveHead, Snapshot};
-use crate::rejection::Rejection;
-use crate::source_key::source_key;
+use package_executor_core::planner::{ActiveHead, Snapshot};
+use package_executor_core::rejection::Rejection;
+use package_executor_core::source_key::source_key;
 
 /// An open transaction on one connection.
 #[derive(Debug)]
@@ -100,12 +100,12 @@ macro_rules! on_conn {
         match $self {
             Attempt::Pg(tx) => {
                 let $c = &mut **tx;
-                let $d = $crate::store::Dialect::Postgres;
+                let $d = $crate::Dialect::Postgres;
                 $body
             }
             Attempt::Lite(tx) => {
                 let $c = &mut **tx;
-                let $d = $crate::store::Dialect::Sqlite;
+                let $d = $crate::Dialect::Sqlite;
                 $body
             }
         }

@@ -68,7 +68,7 @@ pub struct RecordedRejection {
     pub detail: String,
 }
 
-pub use crate::verify::StoredSnapshot;
+pub use package_executor_core::verify::StoredSnapshot;
 
 impl Store {
     /// The current snapshot of a project (one statement, in its own short transaction).

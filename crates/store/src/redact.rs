@@ -192,7 +192,7 @@ fn mask(text: &str, mut ranges: Vec<std::ops::Range<usize>>) -> String {
     for r in merged {
         // Ranges end at ASCII bytes or at the text's end, so they are character boundaries;
         // were one not, the mask would only grow.
-        let start = crate::quote::floor_char_boundary(text, r.start.max(done));
+        let start = package_executor_core::quote::floor_char_boundary(text, r.start.max(done));
         out.push_str(&text[done..start]);
         out.push_str(MASK);
         done = ceil_char_boundary(text, r.end);

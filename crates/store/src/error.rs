@@ -239,6 +239,13 @@ fn next_step(code: &str, postgres: bool) -> Option<&'static str> {
     }
 }
 
+impl From<package_executor_core::fixture::FixtureError> for StoreError {
+    /// A fixture that is not what contract section 11 describes is bad input.
+    fn from(e: package_executor_core::fixture::FixtureError) -> Self {
+        Self::Input(e.0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::{next_step, refuses_the_data};

@@ -6,7 +6,7 @@
 use sqlx::{AssertSqlSafe, Row};
 
 use super::{Dialect, Store, StoreError};
-use crate::model::Digest;
+use package_executor_core::model::Digest;
 
 /// One migration.
 #[derive(Clone, Copy, Debug)]
@@ -24,7 +24,7 @@ macro_rules! migration {
         Migration {
             version: $version,
             name: $name,
-            sql: include_str!(concat!("../../migrations/", $dir, "/", $name)),
+            sql: include_str!(concat!("../migrations/", $dir, "/", $name)),
         }
     };
 }

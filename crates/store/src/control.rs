@@ -1,0 +1,126 @@
+//! The control plane's own writes, so the product can be used without another system:
+//! activating a generation and removing a package (contract section 7), each in one transaction.
+
+use sqlx::Row;
+
+use crate::{Attempt, Store, StoreError, on_conn, sql_for as q};
+
+/// Bad input: a message that names what to fix.
+fn input(msg: impl Into<String>) -> StoreError {
+    StoreError::Input(msg.into())
+}
+
+/// Activates a generation (from `staged`, `activating` or `superseded`): the previous active
+/// generation becomes `superseded`, this one `active`, and the head points at it, atomically.
+pub async fn activate(
+    store: &Store,
+    installation_id: &str,
+    generation: i64,
+) -> Result<(), StoreError> {
+    let mut a = store.begin().await?;
+    let result = activate_in(&mut a, installation_id, generation).await;
+    finish(a, result).await
+}
+
+async fn activate_in(
+    a: &mut Attempt<'_>,
+    installation_id: &str,
+    generation: i64,
+) -> Result<(), StoreError> {
+    on_conn!(a, c, d => {
+        // Lock the head first, so concurrent activations of one installation serialise.
+        let head = sqlx::query(q(d, "UPDATE ql3.package_installations SET active_generation = active_generation WHERE installation_id = $1 RETURNING active_generation"))
+            .bind(installation_id)
+            .fetch_optional(&mut *c)
+            .await?;
+        let Some(head) = head else {
+            return Err(input(format!("installation {installation_id} does not exist; check the id")));
+        };
+        let current: Option<i64> = head.try_get("active_generation")?;
+        let target = sqlx::query(q(d, "SELECT g.status FROM ql3.package_generations AS g WHERE g.installation_id = $1 AND g.generation = $2"))
+            .bind(installation_id)
+            .bind(generation)
+            .fetch_optional(&mut *c)
+            .await?;
+        let Some(target) = target else {
+            return Err(input(format!("installation {installation_id} has no generation {generation}; import it first")));
+        };
+        let status: String = target.try_get("status")?;
+        if status == "active" && current == Some(generation) {
+            return Ok(());
+        }
+        if !matches!(status.as_str(), "staged" | "activating" | "superseded") {
+            return Err(input(format!(
+                "generation {generation} of {installation_id} is {status}; only staged, activating \
+                 or superseded generations can be activated"
+            )));
+        }
+        if let Some(prev) = current {
+            sqlx::query(q(d, "UPDATE ql3.package_generations SET status = 'superseded' WHERE installation_id = $1 AND generation = $2"))
+                .bind(installation_id)
+                .bind(prev)
+                .execute(&mut *c)
+                .await?;
+        }
+        sqlx::query(q(d, "UPDATE ql3.package_generations SET status = 'active' WHERE installation_id = $1 AND generation = $2"))
+            .bind(installation_id)
+            .bind(generation)
+            .execute(&mut *c)
+            .await?;
+        sqlx::query(q(d, "UPDATE ql3.package_installations SET active_generation = $1 WHERE installation_id = $2"))
+            .bind(generation)
+            .bind(installation_id)
+            .execute(&mut *c)
+            .await?;
+        Ok(())
+    })
+}
+
+/// Removes a package from a project: the head becomes NULL and its generation `superseded`.
+pub async fn remove(store: &Store, project_id: &str, package_name: &str) -> Result<(), StoreError> {
+    let mut a = store.begin().await?;
+    let result = remove_in(&mut a, project_id, package_name).await;
+    finish(a, result).await
+}
+
+async fn remove_in(
+    a: &mut Attempt<'_>,
+    project_id: &str,
+    package_name: &str,
+) -> Result<(), StoreError> {
+    on_conn!(a, c, d => {
+        let head = sqlx::query(q(d, "UPDATE ql3.package_installations SET active_generation = active_generation WHERE project_id = $1 AND package_name = $2 RETURNING installation_id, active_generation AS previous"))
+            .bind(project_id)
+            .bind(package_name)
+            .fetch_optional(&mut *c)
+            .await?;
+        let Some(head) = head else {
+            return Err(input(format!("project {project_id} has no package {package_name}; check the names")));
+        };
+        sqlx::query(q(d, "UPDATE ql3.package_installations SET active_generation = NULL WHERE project_id = $1 AND package_name = $2"))
+            .bind(project_id)
+            .bind(package_name)
+            .execute(&mut *c)
+            .await?;
+        let installation: String = head.try_get("installation_id")?;
+        let previous: Option<i64> = head.try_get("previous")?;
+        if let Some(prev) = previous {
+            sqlx::query(q(d, "UPDATE ql3.package_generations SET status = 'superseded' WHERE installation_id = $1 AND generation = $2"))
+                .bind(&installation)
+                .bind(prev)
+                .execute(&mut *c)
+                .await?;
+        }
+        Ok(())
+    })
+}
+
+async fn finish(a: Attempt<'_>, result: Result<(), StoreError>) -> Result<(), StoreError> {
+    match result {
+        Ok(()) => a.commit().await,
+        Err(e) => {
+            a.rollback().await.ok();
+            Err(e)
+        }
+    }
+}
