@@ -9,6 +9,7 @@
 //! in `ARCHITECTURE.md`. The pure core is the `package-executor-core` crate (`crates/core`), re-exported here under
 //! its module names; this crate is the shell around it.
 
+pub mod audit;
 pub mod cli;
 pub mod commands;
 pub mod coordinator;
@@ -18,6 +19,6 @@ pub mod sources;
 
 pub use package_executor_core::{
     canonical, defaults, identity, model, planner, quote, rejection, report, revision, source_key,
-    verify,
+    standing, verify,
 };
 pub use package_executor_store as store;

@@ -2,11 +2,12 @@
 
 use serde_json::Value;
 
+use crate::audit::{Checked, verify_all};
 use crate::cli::Cli;
 use crate::planner;
 use crate::report::exit;
-use crate::store::Current;
-use crate::verify;
+use crate::standing::{Standing, pending_lines};
+use crate::store::{Current, ProjectFacts};
 
 use super::connect_migrated;
 
@@ -109,20 +110,19 @@ pub async fn current(
 /// `explain PROJECT`.
 pub async fn explain(cli: &Cli, project: &str) -> anyhow::Result<i32> {
     let store = connect_migrated(cli, 1).await?;
-    let mut a = store.begin().await?;
-    if !a.project_exists(project).await? {
-        a.rollback().await?;
+    let Some(facts) = store.explain(project).await? else {
         outln!("project {project} does not exist; import it or check the id");
         return Ok(exit::OK);
-    }
-    let current = a.find_current(project).await?;
-    let (live, stored) = a.observe_revisions(project).await?;
-    let heads: Vec<_> = live.iter().map(|o| o.head.clone()).collect();
-    let vector = planner::active_vector_digest(project, &heads);
-    let newest = a.newest_snapshot(project).await?;
-    let rejection = a.project_rejections(project).await?.remove(vector.as_str());
-    let mark = a.mark_version(project).await?;
-    a.rollback().await?;
+    };
+    let ProjectFacts {
+        current,
+        live,
+        stored,
+        vector,
+        newest,
+        rejection,
+        mark,
+    } = facts;
     outln!("project {project}");
     // The observation reads at most one head past the limit, so past it the count is a floor.
     let count = match live.len() {
@@ -183,86 +183,23 @@ pub async fn explain(cli: &Cli, project: &str) -> anyhow::Result<i32> {
     if let Some(r) = &rejection {
         outln!("  rejected       {}: {}", r.reason, r.detail);
     }
-    let standing = match (&current, &rejection, missing) {
-        (Some(_), _, _) => Standing::Current,
-        (None, Some(_), _) => Standing::Rejected,
-        (None, None, Some(o)) => {
-            outln!(
-                "  waiting        package {} generation {} points at revision {}, which is not \
-                 stored yet; a run reports revision-missing until it is, and builds the project \
-                 once it is",
-                o.head.package_name,
-                o.head.generation,
-                o.head.revision_digest
-            );
-            Standing::AwaitingRevision
-        }
-        (None, None, None) => Standing::Buildable,
-    };
+    let standing = Standing::of(current.is_some(), rejection.is_some(), missing.is_some());
+    if let (Standing::AwaitingRevision, Some(o)) = (standing, missing) {
+        outln!(
+            "  waiting        package {} generation {} points at revision {}, which is not \
+             stored yet; a run reports revision-missing until it is, and builds the project \
+             once it is",
+            o.head.package_name,
+            o.head.generation,
+            o.head.revision_digest
+        );
+    }
     let (pending, next) = pending_lines(project, mark, standing);
     outln!("  pending index  {pending}");
     if let Some(next) = next {
         outln!("  next step      {next}");
     }
     Ok(exit::OK)
-}
-
-/// Where a project stands, as `explain` reads it from the live tables.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Standing {
-    /// A snapshot is proven current.
-    Current,
-    /// A rejection recorded for the live vector stands.
-    Rejected,
-    /// A head's revision is not stored yet: nothing is recorded, and its arrival marks the
-    /// project.
-    AwaitingRevision,
-    /// Neither: a run that looks at it builds it.
-    Buildable,
-}
-
-/// What `explain` says of a project's mark in the pending index (contract section 9), and the
-/// next step when the project is neither current nor rejected: a plain `run` looks only at
-/// marked projects, so an unmarked one that is not current waits for a full scan, unless it
-/// waits for a revision, whose arrival marks it.
-fn pending_lines(project: &str, mark: Option<i64>, standing: Standing) -> (String, Option<String>) {
-    let pending = match (mark, standing) {
-        (Some(v), Standing::AwaitingRevision) => format!(
-            "marked (version {v}): the next `run` looks at it, and reports revision-missing \
-             while the revision is not stored"
-        ),
-        (Some(v), Standing::Buildable) => {
-            format!("marked (version {v}): the next `run` looks at it and builds it")
-        }
-        (Some(v), _) => format!("marked (version {v}): the next `run` looks at it"),
-        (None, Standing::Current) => {
-            "not marked: nothing changed since it was last dealt with".to_owned()
-        }
-        (None, Standing::Rejected) => {
-            "not marked: the rejection stands until its packages change".to_owned()
-        }
-        (None, Standing::AwaitingRevision) => "not marked: storing the revision marks it, and \
-             the next `run` then builds it"
-            .to_owned(),
-        (None, Standing::Buildable) => "not marked, though not current: a plain `run` skips it \
-             (its mark was lost); `run --full-scan`, the chart's periodic sweep, finds it"
-            .to_owned(),
-    };
-    let next = match (standing, mark) {
-        (Standing::Current | Standing::Rejected, _) => None,
-        (Standing::AwaitingRevision, _) => Some(
-            "materialize the missing revision (the control plane's job); or activate another \
-             generation of the package"
-                .to_owned(),
-        ),
-        (Standing::Buildable, Some(_)) => Some(format!(
-            "`package-executor publish {project}` (or wait for the next run)"
-        )),
-        (Standing::Buildable, None) => Some(format!(
-            "`package-executor publish {project}` (or `package-executor run --full-scan`)"
-        )),
-    };
-    (pending, next)
 }
 
 /// One problem `verify --json` reports.
@@ -282,44 +219,9 @@ struct VerifyReport {
     problems: Vec<VerifyProblem>,
 }
 
-/// One snapshot as `verify` reports it: which, and what is wrong with it (nothing when it
-/// verifies).
-struct Checked {
-    project_id: String,
-    snapshot_id: i64,
-    snapshot_digest: String,
-    problems: Vec<String>,
-}
-
-/// Checks a page on the blocking pool. Re-proving a snapshot is CPU work (parse, canonical
-/// form, four digests), several times the cost of reading it, so pages are checked on every
-/// core while the next one is read.
-fn check_page(page: Vec<crate::store::StoredSnapshot>) -> tokio::task::JoinHandle<Vec<Checked>> {
-    tokio::task::spawn_blocking(move || {
-        page.into_iter()
-            .map(|s| Checked {
-                problems: verify::problems(&s),
-                project_id: s.project_id,
-                snapshot_id: s.snapshot_id,
-                snapshot_digest: s.snapshot_digest,
-            })
-            .collect()
-    })
-}
-
-/// The document bytes after which a page of `verify` stops. A row comes while the documents
-/// before it hold less than this, so a page holds at most this plus one document (8 MiB at
-/// most): with a page checked on each core and the next one being read, `verify` holds a few
-/// pages of 12 MiB at most, however large the documents are.
-const PAGE_BYTES: i64 = 4 << 20;
-
 /// `verify [--project P] [--json]`.
 pub async fn verify(cli: &Cli, project: Option<&str>, json: bool) -> anyhow::Result<i32> {
     let store = connect_migrated(cli, 1).await?;
-    // Pages being checked at once: one per core. Each holds up to 16 snapshots and at most
-    // PAGE_BYTES plus one document, so memory stays a few pages whatever the table's size.
-    let workers = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
-    let mut after = 0i64;
     let (mut checked, mut bad) = (0u64, 0u64);
     let mut found = Vec::new();
     // Checking a million snapshots takes minutes: show it moving, towards the count when it
@@ -338,8 +240,7 @@ pub async fn verify(cli: &Cli, project: Option<&str>, json: bool) -> anyhow::Res
             );
         },
     );
-    let mut in_flight = std::collections::VecDeque::with_capacity(workers);
-    let mut report = |page: Vec<Checked>| {
+    let report = |page: Vec<Checked>| {
         meter.add(page.len() as u64);
         for s in page {
             checked += 1;
@@ -367,23 +268,9 @@ pub async fn verify(cli: &Cli, project: Option<&str>, json: bool) -> anyhow::Res
                 }
             }
         }
-        Ok::<(), super::StdoutError>(())
+        Ok::<(), anyhow::Error>(())
     };
-    loop {
-        let page = store.snapshot_page(after, project, PAGE_BYTES).await?;
-        let Some(last) = page.last() else { break };
-        after = last.snapshot_id;
-        in_flight.push_back(check_page(page));
-        // Reported in id order: the oldest page first.
-        if in_flight.len() >= workers
-            && let Some(oldest) = in_flight.pop_front()
-        {
-            report(oldest.await?)?;
-        }
-    }
-    while let Some(oldest) = in_flight.pop_front() {
-        report(oldest.await?)?;
-    }
+    verify_all(&store, project, report).await?;
     drop(meter);
     if json {
         let report = VerifyReport {
@@ -404,51 +291,4 @@ pub async fn verify(cli: &Cli, project: Option<&str>, json: bool) -> anyhow::Res
         );
     }
     Ok(if bad > 0 { exit::INTEGRITY } else { exit::OK })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{Standing, pending_lines};
-
-    #[test]
-    fn explain_says_whether_a_run_will_look_at_the_project() {
-        let (line, next) = pending_lines("p", Some(7), Standing::Buildable);
-        assert!(line.starts_with("marked (version 7)"), "{line}");
-        assert!(line.ends_with("builds it"), "{line}");
-        assert_eq!(
-            next.as_deref(),
-            Some("`package-executor publish p` (or wait for the next run)")
-        );
-        let (line, next) = pending_lines("p", None, Standing::Current);
-        assert!(line.starts_with("not marked: nothing changed"), "{line}");
-        assert_eq!(next, None);
-        let (line, next) = pending_lines("p", None, Standing::Rejected);
-        assert!(line.contains("rejection stands"), "{line}");
-        assert_eq!(next, None);
-        // A lost mark: only a full scan or a publish builds it.
-        let (line, next) = pending_lines("p", None, Standing::Buildable);
-        assert!(
-            line.contains("--full-scan") && line.contains("skips it"),
-            "{line}"
-        );
-        assert_eq!(
-            next.as_deref(),
-            Some("`package-executor publish p` (or `package-executor run --full-scan`)")
-        );
-        // Marked and rejected (the packages changed again): the run looks, no step to take.
-        let (line, next) = pending_lines("p", Some(9), Standing::Rejected);
-        assert!(line.starts_with("marked"), "{line}");
-        assert_eq!(next, None);
-    }
-
-    #[test]
-    fn explain_says_a_missing_revision_is_waited_for_not_a_verdict() {
-        // The run that met it cleared the mark; the revision's arrival marks it again.
-        let (line, next) = pending_lines("p", None, Standing::AwaitingRevision);
-        assert!(line.contains("storing the revision marks it"), "{line}");
-        assert!(!line.contains("stands") && !line.contains("lost"), "{line}");
-        assert!(next.is_some_and(|n| n.contains("materialize the missing revision")));
-        let (line, _) = pending_lines("p", Some(3), Standing::AwaitingRevision);
-        assert!(line.contains("revision-missing while"), "{line}");
-    }
 }

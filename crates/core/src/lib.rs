@@ -18,4 +18,5 @@ pub mod rejection;
 pub mod report;
 pub mod revision;
 pub mod source_key;
+pub mod standing;
 pub mod verify;

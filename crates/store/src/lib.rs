@@ -33,7 +33,8 @@ pub const PENDING_PAGE_SQL: &str = sql::PENDING_PAGE_PG;
 /// The PostgreSQL open step's text (`$1` project, `$2`/`$3` claim), for tests and EXPLAIN.
 pub const OPEN_SQL: &str = sql::OPEN_PG;
 pub use queries::{
-    Current, CurrentHead, CurrentSnapshot, NewestSnapshot, RecordedRejection, StoredSnapshot,
+    Current, CurrentHead, CurrentSnapshot, NewestSnapshot, ProjectFacts, RecordedRejection,
+    StoredSnapshot,
 };
 
 use package_executor_core::defaults;

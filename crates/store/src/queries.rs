@@ -1,6 +1,11 @@
 //! Rows the store hands back, and store-level reads that need no attempt of their own.
 
-use super::{Store, StoreError};
+use std::collections::HashMap;
+
+use package_executor_core::model::Digest;
+use package_executor_core::planner::{self, StoredLength};
+
+use super::{ObservedHead, Store, StoreError};
 
 /// A snapshot proven current.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -70,7 +75,56 @@ pub struct RecordedRejection {
 
 pub use package_executor_core::verify::StoredSnapshot;
 
+/// What `explain` reads of one project, in one transaction, so every part is of one moment.
+#[derive(Clone, Debug)]
+pub struct ProjectFacts {
+    /// The proven-current snapshot.
+    pub current: Option<CurrentSnapshot>,
+    /// The live heads, as observed (at most one past the package limit).
+    pub live: Vec<ObservedHead>,
+    /// The stored lengths of the revisions they point at, by revision digest.
+    pub stored: HashMap<String, StoredLength>,
+    /// The live vector's digest.
+    pub vector: Digest,
+    /// The newest snapshot of any vector.
+    pub newest: Option<NewestSnapshot>,
+    /// The rejection recorded for the live vector.
+    pub rejection: Option<RecordedRejection>,
+    /// The project's mark in the pending index (its version).
+    pub mark: Option<i64>,
+}
+
 impl Store {
+    /// What `explain` says of a project, read in one short transaction; `None` when the
+    /// project does not exist.
+    pub async fn explain(&self, project_id: &str) -> Result<Option<ProjectFacts>, StoreError> {
+        let mut a = self.begin().await?;
+        if !a.project_exists(project_id).await? {
+            a.rollback().await?;
+            return Ok(None);
+        }
+        let current = a.find_current(project_id).await?;
+        let (live, stored) = a.observe_revisions(project_id).await?;
+        let heads: Vec<_> = live.iter().map(|o| o.head.clone()).collect();
+        let vector = planner::active_vector_digest(project_id, &heads);
+        let newest = a.newest_snapshot(project_id).await?;
+        let rejection = a
+            .project_rejections(project_id)
+            .await?
+            .remove(vector.as_str());
+        let mark = a.mark_version(project_id).await?;
+        a.rollback().await?;
+        Ok(Some(ProjectFacts {
+            current,
+            live,
+            stored,
+            vector,
+            newest,
+            rejection,
+            mark,
+        }))
+    }
+
     /// The current snapshot of a project (one statement, in its own short transaction).
     pub async fn find_current(
         &self,
