@@ -20,7 +20,7 @@ use std::io::{BufReader, Read};
 use package_executor_core::fixture::read_fixture;
 use package_executor_core::import_rows::{ProjectRows, rows_of};
 
-use crate::store::{Store, StoreError};
+use crate::store::{Store, StoreError, answered};
 
 fn input(msg: impl Into<String>) -> StoreError {
     StoreError::Input(msg.into())
@@ -124,33 +124,33 @@ async fn import_or_check<R: Read + Send + 'static>(
         Ok::<_, StoreError>(projects)
     });
 
-    let mut a = store.begin().await?;
-    let written = async {
-        a.begin_import().await?;
-        let mut inserted = 0;
-        while let Some(batch) = received.recv().await {
-            inserted += a.write_import_batch(&batch).await?;
-        }
-        Ok::<_, StoreError>(inserted)
-    }
-    .await;
-    // A failed writer closes the channel, so the reader stops at its next batch.
-    drop(received);
-    let read = reading
-        .await
-        .map_err(|e| StoreError::Other(format!("the fixture reader failed: {e}")));
-    let result = match (written, read.and_then(|r| r)) {
-        (Ok(inserted), Ok(projects)) => match finish {
-            Finish::Commit => a.commit().await,
-            Finish::RollBack => a.rollback().await,
-        }
-        .map(|()| ImportReport { projects, inserted }),
-        // The writer's error first: the reader's is then only "the writer stopped".
-        (Err(e), _) | (Ok(_), Err(e)) => {
-            a.rollback().await.ok();
-            Err(e)
-        }
-    };
+    let limit = store.answer_timeout();
+    let result = store
+        .transaction(async move |a| {
+            let written = async {
+                answered(limit, a.begin_import()).await?;
+                let mut inserted = 0;
+                while let Some(batch) = received.recv().await {
+                    inserted += a.write_import_batch(&batch).await?;
+                }
+                Ok::<_, StoreError>(inserted)
+            }
+            .await;
+            // A failed writer closes the channel, so the reader stops at its next batch.
+            drop(received);
+            let read = reading
+                .await
+                .map_err(|e| StoreError::Other(format!("the fixture reader failed: {e}")));
+            match (written, read.and_then(|r| r)) {
+                (Ok(inserted), Ok(projects)) => Ok((
+                    ImportReport { projects, inserted },
+                    finish == Finish::Commit,
+                )),
+                // The writer's error first: the reader's is then only "the writer stopped".
+                (Err(e), _) | (Ok(_), Err(e)) => Err(e),
+            }
+        })
+        .await;
     // The connection goes back to the pool with the store's own settings.
     store.end_import().await;
     result

@@ -3,7 +3,7 @@
 
 use sqlx::Row;
 
-use crate::{Attempt, Store, StoreError, on_conn, sql_for as q};
+use crate::{Attempt, Store, StoreError, answered, on_conn, sql_for as q};
 
 /// Bad input: a message that names what to fix.
 fn input(msg: impl Into<String>) -> StoreError {
@@ -17,9 +17,13 @@ pub async fn activate(
     installation_id: &str,
     generation: i64,
 ) -> Result<(), StoreError> {
-    let mut a = store.begin().await?;
-    let result = activate_in(&mut a, installation_id, generation).await;
-    finish(a, result).await
+    let limit = store.answer_timeout();
+    store
+        .transaction(async |a| {
+            answered(limit, activate_in(a, installation_id, generation)).await?;
+            Ok(((), true))
+        })
+        .await
 }
 
 async fn activate_in(
@@ -78,9 +82,13 @@ async fn activate_in(
 
 /// Removes a package from a project: the head becomes NULL and its generation `superseded`.
 pub async fn remove(store: &Store, project_id: &str, package_name: &str) -> Result<(), StoreError> {
-    let mut a = store.begin().await?;
-    let result = remove_in(&mut a, project_id, package_name).await;
-    finish(a, result).await
+    let limit = store.answer_timeout();
+    store
+        .transaction(async |a| {
+            answered(limit, remove_in(a, project_id, package_name)).await?;
+            Ok(((), true))
+        })
+        .await
 }
 
 async fn remove_in(
@@ -113,14 +121,4 @@ async fn remove_in(
         }
         Ok(())
     })
-}
-
-async fn finish(a: Attempt<'_>, result: Result<(), StoreError>) -> Result<(), StoreError> {
-    match result {
-        Ok(()) => a.commit().await,
-        Err(e) => {
-            a.rollback().await.ok();
-            Err(e)
-        }
-    }
 }

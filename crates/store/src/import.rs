@@ -64,13 +64,9 @@ impl Store {
         if self.dialect() != Dialect::Sqlite {
             return;
         }
-        if let Ok(mut a) = self.begin().await {
-            if a.execute_text(DEFAULT_CACHE_SQLITE).await.is_ok() {
-                a.commit().await.ok();
-            } else {
-                a.rollback().await.ok();
-            }
-        }
+        self.transaction(async |a| Ok(((), a.execute_text(DEFAULT_CACHE_SQLITE).await.is_ok())))
+            .await
+            .ok();
     }
 }
 

@@ -151,6 +151,31 @@ pub async fn answered<T>(
     }
 }
 
+/// Ends a transaction as its body asked: `COMMIT` (bounded by `commit_limit`) when the body
+/// returned `Ok((_, true))`, `ROLLBACK` (bounded by `limit`) otherwise. A connection that stopped
+/// answering is given up, not rolled back: the server rolls back when it notices, and the
+/// caller does not return it to the pool. A failed commit leaves nothing behind (the
+/// transaction is atomic).
+async fn finish<T>(
+    a: Attempt<'_>,
+    result: Result<(T, bool), StoreError>,
+    limit: Option<Duration>,
+    commit_limit: Option<Duration>,
+) -> Result<T, StoreError> {
+    let finished = match &result {
+        Ok((_, true)) => match answered(commit_limit, a.commit()).await {
+            Err(StoreError::NoAnswer(waited)) => Err(StoreError::CommitUnacknowledged(waited)),
+            other => other,
+        },
+        Err(StoreError::NoAnswer(_)) => {
+            drop(a);
+            Ok(())
+        }
+        _ => answered(limit, a.rollback()).await,
+    };
+    result.and_then(|(value, _)| finished.map(|()| value))
+}
+
 /// How long [`Store::close`] waits for the pool's connections.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -241,21 +266,7 @@ impl Session {
             recovered = true;
         };
         let result = body(&mut a).await;
-        let finished = match &result {
-            Ok((_, true)) => match answered(commit_limit, a.commit()).await {
-                Err(StoreError::NoAnswer(waited)) => Err(StoreError::CommitUnacknowledged(waited)),
-                other => other,
-            },
-            // A connection that stopped answering is given up, not rolled back: the server rolls
-            // back when it notices, and the connection is closed below.
-            Err(StoreError::NoAnswer(_)) => {
-                drop(a);
-                Ok(())
-            }
-            _ => answered(limit, a.rollback()).await,
-        };
-        // A failed commit leaves nothing behind (the transaction is atomic).
-        let outcome = result.and_then(|(value, _)| finished.map(|()| value));
+        let outcome = finish(a, result, limit, commit_limit).await;
         if outcome.is_err() {
             self.discard();
         }
@@ -432,7 +443,24 @@ impl Store {
         }
     }
 
-    /// Starts one attempt: a connection and a READ COMMITTED transaction.
+    /// Runs `body` in one READ COMMITTED transaction of its own, the way every command that is
+    /// not a run reads or writes (`current`, `explain`, `sources`): it commits when `body`
+    /// returns `Ok((_, true))` and rolls back otherwise. `BEGIN` and `ROLLBACK` are bounded by
+    /// the answer timeout, `COMMIT` by the statement timeout; `body` bounds its own steps with
+    /// [`answered`] (a live server ends each statement by its `statement_timeout`).
+    pub async fn transaction<T>(
+        &self,
+        body: impl AsyncFnOnce(&mut Attempt<'_>) -> Result<(T, bool), StoreError>,
+    ) -> Result<T, StoreError> {
+        let (limit, commit_limit) = (self.answer_timeout, self.commit_timeout);
+        let mut a = answered(limit, self.begin()).await?;
+        let result = body(&mut a).await;
+        finish(a, result, limit, commit_limit).await
+    }
+
+    /// Starts one attempt: a connection and a READ COMMITTED transaction, with no bound on
+    /// any wait. For tests and tools that drive an attempt step by step; the product's paths
+    /// use [`Store::transaction`] or a [`Session`].
     pub async fn begin(&self) -> Result<Attempt<'static>, StoreError> {
         match &self.pool {
             Pool::Pg(target) => {

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use package_executor_core::model::Digest;
 use package_executor_core::planner::{self, StoredLength};
 
-use super::{ObservedHead, Store, StoreError};
+use super::{ObservedHead, Store, StoreError, answered};
 
 /// A snapshot proven current.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -98,31 +98,32 @@ impl Store {
     /// What `explain` says of a project, read in one short transaction; `None` when the
     /// project does not exist.
     pub async fn explain(&self, project_id: &str) -> Result<Option<ProjectFacts>, StoreError> {
-        let mut a = self.begin().await?;
-        if !a.project_exists(project_id).await? {
-            a.rollback().await?;
-            return Ok(None);
-        }
-        let current = a.find_current(project_id).await?;
-        let (live, stored) = a.observe_revisions(project_id).await?;
-        let heads: Vec<_> = live.iter().map(|o| o.head.clone()).collect();
-        let vector = planner::active_vector_digest(project_id, &heads);
-        let newest = a.newest_snapshot(project_id).await?;
-        let rejection = a
-            .project_rejections(project_id)
-            .await?
-            .remove(vector.as_str());
-        let mark = a.mark_version(project_id).await?;
-        a.rollback().await?;
-        Ok(Some(ProjectFacts {
-            current,
-            live,
-            stored,
-            vector,
-            newest,
-            rejection,
-            mark,
-        }))
+        let limit = self.answer_timeout();
+        self.transaction(async |a| {
+            if !answered(limit, a.project_exists(project_id)).await? {
+                return Ok((None, false));
+            }
+            let current = answered(limit, a.find_current(project_id)).await?;
+            let (live, stored) = answered(limit, a.observe_revisions(project_id)).await?;
+            let heads: Vec<_> = live.iter().map(|o| o.head.clone()).collect();
+            let vector = planner::active_vector_digest(project_id, &heads);
+            let newest = answered(limit, a.newest_snapshot(project_id)).await?;
+            let rejection = answered(limit, a.project_rejections(project_id))
+                .await?
+                .remove(vector.as_str());
+            let mark = answered(limit, a.mark_version(project_id)).await?;
+            let facts = ProjectFacts {
+                current,
+                live,
+                stored,
+                vector,
+                newest,
+                rejection,
+                mark,
+            };
+            Ok((Some(facts), false))
+        })
+        .await
     }
 
     /// The current snapshot of a project (one statement, in its own short transaction).
@@ -130,10 +131,9 @@ impl Store {
         &self,
         project_id: &str,
     ) -> Result<Option<CurrentSnapshot>, StoreError> {
-        let mut a = self.begin().await?;
-        let found = a.find_current(project_id).await?;
-        a.rollback().await?;
-        Ok(found)
+        let limit = self.answer_timeout();
+        self.transaction(async |a| Ok((answered(limit, a.find_current(project_id)).await?, false)))
+            .await
     }
 
     /// The conditional door (one statement, in its own short transaction): see
@@ -143,18 +143,21 @@ impl Store {
         project_id: &str,
         known: Option<&str>,
     ) -> Result<Option<Current>, StoreError> {
-        let mut a = self.begin().await?;
-        let found = a.revalidate(project_id, known).await?;
-        a.rollback().await?;
-        Ok(found)
+        let limit = self.answer_timeout();
+        self.transaction(async |a| {
+            let found = answered(limit, a.revalidate(project_id, known)).await?;
+            Ok((found, false))
+        })
+        .await
     }
 
     /// Whether a project exists.
     pub async fn project_exists(&self, project_id: &str) -> Result<bool, StoreError> {
-        let mut a = self.begin().await?;
-        let found = a.project_exists(project_id).await?;
-        a.rollback().await?;
-        Ok(found)
+        let limit = self.answer_timeout();
+        self.transaction(async |a| {
+            Ok((answered(limit, a.project_exists(project_id)).await?, false))
+        })
+        .await
     }
 
     /// Whether the database answers within `timeout` (a fresh transaction, rolled back; a
