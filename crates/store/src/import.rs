@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 
+use package_executor_core::fixture::FixtureError;
 use package_executor_core::import_rows::{
     GenerationRow, InstallationRow, ProjectRows, RevisionRow, generation_conflict,
     installation_conflict, revision_conflict, unique_generations, unique_installations,
@@ -206,6 +207,59 @@ fn table(d: Dialect, name: &str) -> String {
     }
 }
 
+/// The rows of `rows` that are not stored yet; each stored one must pass `check` against its
+/// stored columns (a fixture never changes an immutable row). The one shape of the three
+/// compare-then-insert steps below, apart from their SQL.
+fn unstored<'r, R, K: std::hash::Hash + Eq, S>(
+    rows: &[&'r R],
+    stored: &HashMap<K, S>,
+    key: impl Fn(&R) -> K,
+    check: impl Fn(&R, &S) -> Result<(), FixtureError>,
+) -> Result<Vec<&'r R>, StoreError> {
+    let mut missing = Vec::new();
+    for r in rows {
+        match stored.get(&key(r)) {
+            Some(columns) => check(r, columns)?,
+            None => missing.push(*r),
+        }
+    }
+    Ok(missing)
+}
+
+/// Inside [`on_builder!`]: the rows of `$table` whose `$key_column` is one of `$rows`' keys
+/// (one bind a row, repeats included, so the statement's shape follows the chunk's), as `$columns`.
+macro_rules! select_by_keys {
+    ($c:ident, $db:ident, $d:ident, $columns:expr, $table:literal, $key_column:literal, $rows:expr, |$r:ident| $bind:expr) => {{
+        let mut b = QueryBuilder::<$db>::new(format!(
+            "SELECT {} FROM {} WHERE {} IN (",
+            $columns,
+            table($d, $table),
+            $key_column
+        ));
+        let mut list = b.separated(", ");
+        for $r in $rows {
+            list.push_bind($bind);
+        }
+        b.push(")");
+        b.build().fetch_all(&mut *$c).await?
+    }};
+}
+
+/// Inside [`on_builder!`]: inserts `$rows` into `$table` (`$columns`), in statements of at most
+/// [`ROWS_PER_STATEMENT`] rows of the few shapes [`statement_chunks`] makes.
+macro_rules! insert_rows {
+    ($c:ident, $db:ident, $d:ident, $table:literal, $columns:literal, $rows:expr, |$row:ident, $r:ident| $bind:expr) => {{
+        let insert = format!("INSERT INTO {} ({}) ", table($d, $table), $columns);
+        for part in statement_chunks($rows, ROWS_PER_STATEMENT) {
+            let mut b = QueryBuilder::<$db>::new(insert.as_str());
+            b.push_values(part, |mut $row, $r| {
+                $bind;
+            });
+            b.build().execute(&mut *$c).await?;
+        }
+    }};
+}
+
 async fn insert_projects(a: &mut Attempt<'_>, ids: &[&str]) -> Result<usize, StoreError> {
     on_builder!(a, c, d, Db => {
         let mut b = QueryBuilder::<Db>::new(format!("INSERT INTO {} (project_id) ", table(d, "projects")));
@@ -224,27 +278,16 @@ async fn write_installations(
     rows: &[&InstallationRow],
 ) -> Result<usize, StoreError> {
     on_builder!(a, c, d, Db => {
-        let mut b = QueryBuilder::<Db>::new(format!(
-            "SELECT installation_id, project_id, package_name FROM {} WHERE installation_id IN (",
-            table(d, "package_installations")
-        ));
-        let mut list = b.separated(", ");
-        for r in rows {
-            list.push_bind(r.installation_id.as_str());
-        }
-        b.push(")");
+        let found = select_by_keys!(c, Db, d, "installation_id, project_id, package_name",
+            "package_installations", "installation_id", rows, |r| r.installation_id.as_str());
         let mut stored = HashMap::new();
-        for r in b.build().fetch_all(&mut *c).await? {
+        for r in found {
             let id: String = r.try_get("installation_id")?;
             stored.insert(id, (r.try_get::<String, _>("project_id")?, r.try_get::<String, _>("package_name")?));
         }
-        let mut missing = Vec::new();
-        for r in rows {
-            match stored.get(&r.installation_id) {
-                Some((project, package)) => installation_conflict(r, project, package)?,
-                None => missing.push(*r),
-            }
-        }
+        let missing = unstored(rows, &stored, |r| r.installation_id.clone(), |r, (project, package)| {
+            installation_conflict(r, project, package)
+        })?;
         if missing.is_empty() {
             return Ok(0);
         }
@@ -269,20 +312,13 @@ async fn write_installations(
                 )));
             }
         }
-        let insert = format!(
-            "INSERT INTO {} (installation_id, project_id, package_name, active_generation) ",
-            table(d, "package_installations")
-        );
-        for part in statement_chunks(&missing, ROWS_PER_STATEMENT) {
-            let mut b = QueryBuilder::<Db>::new(insert.as_str());
-            b.push_values(part, |mut row, r| {
-                row.push_bind(r.installation_id.as_str())
-                    .push_bind(r.project_id.as_str())
-                    .push_bind(r.package_name.as_str())
-                    .push_bind(r.active);
-            });
-            b.build().execute(&mut *c).await?;
-        }
+        insert_rows!(c, Db, d, "package_installations",
+            "installation_id, project_id, package_name, active_generation", &missing, |row, r| {
+            row.push_bind(r.installation_id.as_str())
+                .push_bind(r.project_id.as_str())
+                .push_bind(r.package_name.as_str())
+                .push_bind(r.active)
+        });
         Ok(missing.len())
     })
 }
@@ -295,17 +331,10 @@ async fn write_revisions(a: &mut Attempt<'_>, rows: &[&RevisionRow]) -> Result<u
             Dialect::Postgres => "'sha256:' || encode(sha256(content), 'hex') AS content_digest",
             Dialect::Sqlite => "content",
         };
-        let mut b = QueryBuilder::<Db>::new(format!(
-            "SELECT revision_digest, {content} FROM {} WHERE revision_digest IN (",
-            table(d, "materialized_revisions")
-        ));
-        let mut list = b.separated(", ");
-        for r in rows {
-            list.push_bind(r.key.as_str());
-        }
-        b.push(")");
+        let found = select_by_keys!(c, Db, d, format!("revision_digest, {content}"),
+            "materialized_revisions", "revision_digest", rows, |r| r.key.as_str());
         let mut stored = HashMap::new();
-        for r in b.build().fetch_all(&mut *c).await? {
+        for r in found {
             let key: String = r.try_get("revision_digest")?;
             let digest = match d {
                 Dialect::Postgres => r.try_get::<String, _>("content_digest")?,
@@ -313,29 +342,16 @@ async fn write_revisions(a: &mut Attempt<'_>, rows: &[&RevisionRow]) -> Result<u
             };
             stored.insert(key, digest);
         }
-        let mut missing = Vec::new();
-        for r in rows {
-            match stored.get(&r.key) {
-                Some(digest) => revision_conflict(r, digest)?,
-                None => missing.push(*r),
-            }
-        }
+        let missing = unstored(rows, &stored, |r| r.key.clone(), |r, digest| revision_conflict(r, digest))?;
         if missing.is_empty() {
             return Ok(0);
         }
-        let insert = format!(
-            "INSERT INTO {} (revision_digest, content, byte_length) ",
-            table(d, "materialized_revisions")
-        );
-        for part in statement_chunks(&missing, ROWS_PER_STATEMENT) {
-            let mut b = QueryBuilder::<Db>::new(insert.as_str());
-            b.push_values(part, |mut row, r| {
-                row.push_bind(r.key.as_str())
-                    .push_bind(r.bytes.as_slice())
-                    .push_bind(r.bytes.len() as i64);
-            });
-            b.build().execute(&mut *c).await?;
-        }
+        insert_rows!(c, Db, d, "materialized_revisions", "revision_digest, content, byte_length",
+            &missing, |row, r| {
+            row.push_bind(r.key.as_str())
+                .push_bind(r.bytes.as_slice())
+                .push_bind(r.bytes.len() as i64)
+        });
         Ok(missing.len())
     })
 }
@@ -347,19 +363,11 @@ async fn write_generations(
     rows: &[&GenerationRow],
 ) -> Result<usize, StoreError> {
     on_builder!(a, c, d, Db => {
-        let mut b = QueryBuilder::<Db>::new(format!(
-            "SELECT installation_id, generation, generation_digest, lock_digest, revision_digest, \
-             approved_permissions FROM {} WHERE installation_id IN (",
-            table(d, "package_generations")
-        ));
-        let mut list = b.separated(", ");
-        // One id a row, repeats included, so that the statement's shape follows the chunk's.
-        for r in rows {
-            list.push_bind(r.installation_id.as_str());
-        }
-        b.push(")");
+        let found = select_by_keys!(c, Db, d,
+            "installation_id, generation, generation_digest, lock_digest, revision_digest, approved_permissions",
+            "package_generations", "installation_id", rows, |r| r.installation_id.as_str());
         let mut stored = HashMap::new();
-        for r in b.build().fetch_all(&mut *c).await? {
+        for r in found {
             let key: (String, i64) = (r.try_get("installation_id")?, r.try_get("generation")?);
             let columns: (String, String, String, String) = (
                 r.try_get("generation_digest")?,
@@ -369,34 +377,23 @@ async fn write_generations(
             );
             stored.insert(key, columns);
         }
-        let mut missing = Vec::new();
-        for r in rows {
-            match stored.get(&(r.installation_id.clone(), r.generation)) {
-                Some((g, l, rd, p)) => generation_conflict(r, (g, l, rd, p))?,
-                None => missing.push(*r),
-            }
-        }
+        let missing = unstored(rows, &stored, |r| (r.installation_id.clone(), r.generation), |r, (g, l, rd, p)| {
+            generation_conflict(r, (g, l, rd, p))
+        })?;
         if missing.is_empty() {
             return Ok(0);
         }
-        let insert = format!(
-            "INSERT INTO {} (installation_id, generation, status, generation_digest, lock_digest, \
-             revision_digest, approved_permissions) ",
-            table(d, "package_generations")
-        );
-        for part in statement_chunks(&missing, ROWS_PER_STATEMENT) {
-            let mut b = QueryBuilder::<Db>::new(insert.as_str());
-            b.push_values(part, |mut row, r| {
-                row.push_bind(r.installation_id.as_str())
-                    .push_bind(r.generation)
-                    .push_bind(r.status.as_str())
-                    .push_bind(r.generation_digest.as_str())
-                    .push_bind(r.lock_digest.as_str())
-                    .push_bind(r.revision_digest.as_str())
-                    .push_bind(r.approved_permissions.as_str());
-            });
-            b.build().execute(&mut *c).await?;
-        }
+        insert_rows!(c, Db, d, "package_generations",
+            "installation_id, generation, status, generation_digest, lock_digest, revision_digest, approved_permissions",
+            &missing, |row, r| {
+            row.push_bind(r.installation_id.as_str())
+                .push_bind(r.generation)
+                .push_bind(r.status.as_str())
+                .push_bind(r.generation_digest.as_str())
+                .push_bind(r.lock_digest.as_str())
+                .push_bind(r.revision_digest.as_str())
+                .push_bind(r.approved_permissions.as_str())
+        });
         Ok(missing.len())
     })
 }
