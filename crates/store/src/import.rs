@@ -52,7 +52,9 @@ impl Attempt<'_> {
         }
     }
 
-    /// Writes one batch of an import (see [`write_batch`]); returns the rows inserted.
+    /// Writes one batch of an import; returns the rows inserted. A batch the database refuses
+    /// is written again a row at a time, so the error names the row (under a savepoint on
+    /// PostgreSQL).
     pub async fn write_import_batch(&mut self, batch: &[ProjectRows]) -> Result<usize, StoreError> {
         write_batch(self, batch).await
     }
