@@ -25,7 +25,7 @@ use crate::model::Digest;
 #[error("{0}")]
 pub struct FixtureError(pub String);
 
-fn input(msg: impl Into<String>) -> FixtureError {
+pub(crate) fn input(msg: impl Into<String>) -> FixtureError {
     FixtureError(msg.into())
 }
 

@@ -7,12 +7,8 @@ use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 
 use crate::canonical;
-use crate::fixture::{FixtureError, FixtureProject, generation_digest};
+use crate::fixture::{FixtureError, FixtureProject, generation_digest, input};
 use crate::model::Digest;
-
-fn input(msg: impl Into<String>) -> FixtureError {
-    FixtureError(msg.into())
-}
 
 /// One project's rows, with digests computed and the fixture's own rules checked.
 #[derive(Debug)]

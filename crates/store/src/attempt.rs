@@ -94,16 +94,24 @@ pub enum InsertOutcome {
 }
 
 /// Runs `$body` with `$c` bound to the connection and `$d` to the dialect, for either arm, so
-/// one query text and one row mapping serve both dialects.
+/// one query text and one row mapping serve both dialects; with a fourth name, `$db` is also
+/// the arm's sqlx database type, so one query builder serves both.
 macro_rules! on_conn {
     ($self:ident, $c:ident, $d:ident => $body:expr) => {
+        $crate::attempt::on_conn!($self, $c, $d, _Db => $body)
+    };
+    ($self:ident, $c:ident, $d:ident, $db:ident => $body:expr) => {
         match $self {
             Attempt::Pg(tx) => {
+                #[allow(dead_code)]
+                type $db = sqlx::Postgres;
                 let $c = &mut **tx;
                 let $d = $crate::Dialect::Postgres;
                 $body
             }
             Attempt::Lite(tx) => {
+                #[allow(dead_code)]
+                type $db = sqlx::Sqlite;
                 let $c = &mut **tx;
                 let $d = $crate::Dialect::Sqlite;
                 $body

@@ -3,12 +3,8 @@
 
 use sqlx::Row;
 
+use crate::error::input;
 use crate::{Attempt, Store, StoreError, answered, on_conn, sql_for as q};
-
-/// Bad input: a message that names what to fix.
-fn input(msg: impl Into<String>) -> StoreError {
-    StoreError::Input(msg.into())
-}
 
 /// Activates a generation (from `staged`, `activating` or `superseded`): the previous active
 /// generation becomes `superseded`, this one `active`, and the head points at it, atomically.

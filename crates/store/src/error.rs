@@ -239,6 +239,11 @@ fn next_step(code: &str, postgres: bool) -> Option<&'static str> {
     }
 }
 
+/// Bad input: a message that names what to fix.
+pub(crate) fn input(msg: impl Into<String>) -> StoreError {
+    StoreError::Input(msg.into())
+}
+
 impl From<package_executor_core::fixture::FixtureError> for StoreError {
     /// A fixture that is not what contract section 11 describes is bad input.
     fn from(e: package_executor_core::fixture::FixtureError) -> Self {

@@ -14,11 +14,8 @@ use package_executor_core::import_rows::{
 use package_executor_core::model::Digest;
 use sqlx::{QueryBuilder, Row};
 
-use crate::{Attempt, Dialect, Store, StoreError, sql_for};
-
-fn input(msg: impl Into<String>) -> StoreError {
-    StoreError::Input(msg.into())
-}
+use crate::error::input;
+use crate::{Attempt, Dialect, Store, StoreError, on_conn, sql_for};
 
 /// Rows per multi-row statement: 7 columns × 1,000 rows stays within both dialects' limits on
 /// bind parameters (65,535 on PostgreSQL, 32,766 on SQLite).
@@ -181,27 +178,6 @@ fn statement_chunks<T>(rows: &[T], max: usize) -> impl Iterator<Item = &[T]> {
     })
 }
 
-/// Runs `$body` with `$c` the connection, `$d` the dialect and `$db` the sqlx database type,
-/// so that one query builder serves both dialects.
-macro_rules! on_builder {
-    ($a:ident, $c:ident, $d:ident, $db:ident => $body:expr) => {
-        match $a {
-            Attempt::Pg(tx) => {
-                type $db = sqlx::Postgres;
-                let $c = &mut **tx;
-                let $d = Dialect::Postgres;
-                $body
-            }
-            Attempt::Lite(tx) => {
-                type $db = sqlx::Sqlite;
-                let $c = &mut **tx;
-                let $d = Dialect::Sqlite;
-                $body
-            }
-        }
-    };
-}
-
 fn table(d: Dialect, name: &str) -> String {
     match d {
         Dialect::Postgres => format!("ql3.{name}"),
@@ -228,7 +204,7 @@ fn unstored<'r, R, K: std::hash::Hash + Eq, S>(
     Ok(missing)
 }
 
-/// Inside [`on_builder!`]: the rows of `$table` whose `$key_column` is one of `$rows`' keys
+/// Inside `on_conn!` with a database type: the rows of `$table` whose `$key_column` is one of `$rows`' keys
 /// (one bind a row, repeats included, so the statement's shape follows the chunk's), as `$columns`.
 macro_rules! select_by_keys {
     ($c:ident, $db:ident, $d:ident, $columns:expr, $table:literal, $key_column:literal, $rows:expr, |$r:ident| $bind:expr) => {{
@@ -247,7 +223,7 @@ macro_rules! select_by_keys {
     }};
 }
 
-/// Inside [`on_builder!`]: inserts `$rows` into `$table` (`$columns`), in statements of at most
+/// Inside `on_conn!` with a database type: inserts `$rows` into `$table` (`$columns`), in statements of at most
 /// [`ROWS_PER_STATEMENT`] rows of the few shapes [`statement_chunks`] makes.
 macro_rules! insert_rows {
     ($c:ident, $db:ident, $d:ident, $table:literal, $columns:literal, $rows:expr, |$row:ident, $r:ident| $bind:expr) => {{
@@ -263,7 +239,7 @@ macro_rules! insert_rows {
 }
 
 async fn insert_projects(a: &mut Attempt<'_>, ids: &[&str]) -> Result<usize, StoreError> {
-    on_builder!(a, c, d, Db => {
+    on_conn!(a, c, d, Db => {
         let mut b = QueryBuilder::<Db>::new(format!("INSERT INTO {} (project_id) ", table(d, "projects")));
         b.push_values(ids, |mut row, id| {
             row.push_bind(*id);
@@ -279,7 +255,7 @@ async fn write_installations(
     a: &mut Attempt<'_>,
     rows: &[&InstallationRow],
 ) -> Result<usize, StoreError> {
-    on_builder!(a, c, d, Db => {
+    on_conn!(a, c, d, Db => {
         let found = select_by_keys!(c, Db, d, "installation_id, project_id, package_name",
             "package_installations", "installation_id", rows, |r| r.installation_id.as_str());
         let mut stored = HashMap::new();
@@ -328,7 +304,7 @@ async fn write_installations(
 /// Compares the stored revisions among `rows` by the digest of their bytes (computed by the
 /// server on PostgreSQL, so stored bytes never travel back), then inserts the others.
 async fn write_revisions(a: &mut Attempt<'_>, rows: &[&RevisionRow]) -> Result<usize, StoreError> {
-    on_builder!(a, c, d, Db => {
+    on_conn!(a, c, d, Db => {
         let content = match d {
             Dialect::Postgres => "'sha256:' || encode(sha256(content), 'hex') AS content_digest",
             Dialect::Sqlite => "content",
@@ -364,7 +340,7 @@ async fn write_generations(
     a: &mut Attempt<'_>,
     rows: &[&GenerationRow],
 ) -> Result<usize, StoreError> {
-    on_builder!(a, c, d, Db => {
+    on_conn!(a, c, d, Db => {
         let found = select_by_keys!(c, Db, d,
             "installation_id, generation, generation_digest, lock_digest, revision_digest, approved_permissions",
             "package_generations", "installation_id", rows, |r| r.installation_id.as_str());

@@ -130,7 +130,7 @@ impl Store {
             if !missing.is_empty() && !create_roles {
                 return Err(StoreError::Config(format!(
                     "missing PostgreSQL roles: {}; create them with `package-executor migrate \
-                     --create-roles` (needs CREATEROLE) or ask your DBA (see README, Roles)",
+                     --create-roles` (needs CREATEROLE) or ask your DBA (docs/setup.sql; docs/operations.md, \"Database logins\")",
                     missing.join(", ")
                 )));
             }
