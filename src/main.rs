@@ -5,7 +5,7 @@ use std::io::IsTerminal;
 use clap::Parser;
 use package_executor::cli::{Cli, LogFormat};
 use package_executor::commands;
-use package_executor::report::exit;
+use package_executor::exit::Exit;
 
 fn init_logging(format: LogFormat) {
     let json = match format {
@@ -46,7 +46,7 @@ fn main() {
     // A panic anywhere ends the process with exit code 1, after saying where.
     std::panic::set_hook(Box::new(|info| {
         eprintln!("package-executor panicked: {info}; this is a bug, please report it");
-        std::process::exit(exit::ERROR);
+        std::process::exit(Exit::Error.code());
     }));
     let cli = Cli::parse();
     init_logging(cli.log_format);
@@ -60,7 +60,7 @@ fn main() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
-            std::process::exit(exit::ERROR);
+            std::process::exit(Exit::Error.code());
         }
     };
     let code = match runtime.block_on(commands::execute(cli)) {
@@ -70,9 +70,9 @@ fn main() {
                 "error: {}",
                 package_executor::store::redact_text(&format!("{e:#}"))
             );
-            commands::exit_code_for(&e)
+            commands::exit_for(&e)
         }
     };
     runtime.shutdown_timeout(std::time::Duration::from_secs(5));
-    std::process::exit(code);
+    std::process::exit(code.code());
 }

@@ -4,8 +4,8 @@ use serde_json::Value;
 
 use crate::audit::{Checked, verify_all};
 use crate::cli::Cli;
+use crate::exit::Exit;
 use crate::planner;
-use crate::report::exit;
 use crate::standing::{Standing, pending_lines};
 use crate::store::{Current, ProjectFacts};
 
@@ -17,7 +17,7 @@ pub async fn current(
     project: &str,
     json: bool,
     known: Option<&str>,
-) -> anyhow::Result<i32> {
+) -> anyhow::Result<Exit> {
     let store = connect_migrated(cli, 1).await?;
     let c = match store.revalidate(project, known).await? {
         None => {
@@ -25,7 +25,7 @@ pub async fn current(
                 "no current snapshot for project {project}; `package-executor explain {project}` \
                  says why, `package-executor publish {project}` builds one"
             );
-            return Ok(exit::NO_CURRENT);
+            return Ok(Exit::NoCurrent);
         }
         Some(Current::Unchanged(head)) => {
             if json {
@@ -42,7 +42,7 @@ pub async fn current(
                     head.committed_at
                 );
             }
-            return Ok(exit::OK);
+            return Ok(Exit::Ok);
         }
         Some(Current::Changed(c)) => c,
     };
@@ -67,12 +67,12 @@ pub async fn current(
                      {project}` and repair the database",
                     c.snapshot_digest
                 );
-                return Ok(exit::INTEGRITY);
+                return Ok(Exit::Integrity);
             }
         }
         line.push('}');
         outln!("{line}");
-        return Ok(exit::OK);
+        return Ok(Exit::Ok);
     }
     let doc: Value = serde_json::from_slice(&c.canonical_json)?;
     if let Some(k) = known {
@@ -104,15 +104,15 @@ pub async fn current(
             d["version"].as_str().unwrap_or("")
         );
     }
-    Ok(exit::OK)
+    Ok(Exit::Ok)
 }
 
 /// `explain PROJECT`.
-pub async fn explain(cli: &Cli, project: &str) -> anyhow::Result<i32> {
+pub async fn explain(cli: &Cli, project: &str) -> anyhow::Result<Exit> {
     let store = connect_migrated(cli, 1).await?;
     let Some(facts) = store.explain(project).await? else {
         outln!("project {project} does not exist; import it or check the id");
-        return Ok(exit::OK);
+        return Ok(Exit::Ok);
     };
     let ProjectFacts {
         current,
@@ -199,7 +199,7 @@ pub async fn explain(cli: &Cli, project: &str) -> anyhow::Result<i32> {
     if let Some(next) = next {
         outln!("  next step      {next}");
     }
-    Ok(exit::OK)
+    Ok(Exit::Ok)
 }
 
 /// One problem `verify --json` reports.
@@ -220,7 +220,7 @@ struct VerifyReport {
 }
 
 /// `verify [--project P] [--json]`.
-pub async fn verify(cli: &Cli, project: Option<&str>, json: bool) -> anyhow::Result<i32> {
+pub async fn verify(cli: &Cli, project: Option<&str>, json: bool) -> anyhow::Result<Exit> {
     let store = connect_migrated(cli, 1).await?;
     let (mut checked, mut bad) = (0u64, 0u64);
     let mut found = Vec::new();
@@ -290,5 +290,5 @@ pub async fn verify(cli: &Cli, project: Option<&str>, json: bool) -> anyhow::Res
             checked - bad
         );
     }
-    Ok(if bad > 0 { exit::INTEGRITY } else { exit::OK })
+    Ok(if bad > 0 { Exit::Integrity } else { Exit::Ok })
 }

@@ -23,7 +23,7 @@ pub use terminal::LogWriter;
 use anyhow::Context as _;
 
 use crate::cli::{Cli, Command, DEFAULT_DATABASE_URL, SourcesCommand};
-use crate::report::exit;
+use crate::exit::Exit;
 use crate::sources;
 use crate::store::{ConnectOptions, Store, StoreError, redact};
 
@@ -43,7 +43,7 @@ pub(crate) fn write_stdout(args: std::fmt::Arguments<'_>) -> Result<(), StdoutEr
 }
 
 /// Runs a parsed command line; returns the process exit code.
-pub async fn execute(cli: Cli) -> anyhow::Result<i32> {
+pub async fn execute(cli: Cli) -> anyhow::Result<Exit> {
     match &cli.command {
         Command::Canonicalize { file, digest } => tools::canonicalize(file.as_deref(), *digest),
         Command::Identity(cmd) => tools::identity(cmd),
@@ -63,7 +63,7 @@ pub async fn execute(cli: Cli) -> anyhow::Result<i32> {
             for m in &report.applied {
                 outln!("applied {m}");
             }
-            Ok(exit::OK)
+            Ok(Exit::Ok)
         }
         Command::Run(args) => run::run(&cli, args).await,
         Command::Demo => run::demo(&cli).await,
@@ -115,7 +115,7 @@ pub async fn execute(cli: Cli) -> anyhow::Result<i32> {
                     outln!("removed {package} from {project}");
                 }
             }
-            Ok(exit::OK)
+            Ok(Exit::Ok)
         }
     }
 }
@@ -159,9 +159,9 @@ pub async fn connect_migrated(cli: &Cli, max_connections: u32) -> anyhow::Result
 }
 
 /// The exit code for an error that ended a command.
-pub fn exit_code_for(e: &anyhow::Error) -> i32 {
+pub fn exit_for(e: &anyhow::Error) -> Exit {
     match e.downcast_ref::<StoreError>() {
-        Some(s) if s.is_unavailable() || s.is_transient() => exit::DATABASE,
-        _ => exit::ERROR,
+        Some(s) if s.is_unavailable() || s.is_transient() => Exit::Database,
+        _ => Exit::Error,
     }
 }

@@ -10,7 +10,8 @@ use super::progress::{LogProgress, Progress, progress_wanted};
 
 use crate::cli::{Cli, RunArgs, resolve_shard};
 use crate::coordinator::{Coordinator, LogObserver, RunReport, RunSettings, Stop};
-use crate::report::{Outcome, PublishResult, RunSummary, Shard, exit};
+use crate::exit::Exit;
+use crate::report::{Outcome, PublishResult, RunSummary, Shard};
 use crate::sources;
 use crate::store::{Dialect, StoreError};
 
@@ -155,7 +156,7 @@ fn run_pool_size(cli: &Cli, concurrency: usize) -> u32 {
 }
 
 /// `run`.
-pub async fn run(cli: &Cli, args: &RunArgs) -> anyhow::Result<i32> {
+pub async fn run(cli: &Cli, args: &RunArgs) -> anyhow::Result<Exit> {
     let (index, count) =
         resolve_shard(args.shard_index, args.shard_count).map_err(StoreError::Input)?;
     let shard = Shard { index, count };
@@ -173,7 +174,7 @@ pub async fn run(cli: &Cli, args: &RunArgs) -> anyhow::Result<i32> {
             eprintln!("error: {}", crate::store::redact_text(&format!("{e:#}")));
             let mut s = RunSummary::new(shard);
             s.elapsed_ms = started.elapsed().as_millis() as u64;
-            s.exit_code = super::exit_code_for(&e);
+            s.exit_code = super::exit_for(&e);
             s
         }
     };
@@ -189,8 +190,8 @@ pub async fn run(cli: &Cli, args: &RunArgs) -> anyhow::Result<i32> {
     if let Err(e) = &printed {
         tracing::error!(error = %e, "the run's result could not be written to standard output");
         eprintln!("error: {e}");
-        if summary.exit_code == exit::OK {
-            summary.exit_code = exit::ERROR;
+        if summary.exit_code == Exit::Ok {
+            summary.exit_code = Exit::Error;
         }
     }
     // Then the termination message: it must be written even if the pod is stopped while the
@@ -221,14 +222,14 @@ pub async fn run(cli: &Cli, args: &RunArgs) -> anyhow::Result<i32> {
             ));
         }
     }
-    tracing::info!(summary = %line, exit_code = summary.exit_code, "run summary");
+    tracing::info!(summary = %line, exit_code = summary.exit_code.code(), "run summary");
     if crate::cli::in_kubernetes()
         && let (Ok(job), Ok(ns)) = (
             std::env::var("PACKAGE_EXECUTOR_JOB_NAME"),
             std::env::var("PACKAGE_EXECUTOR_POD_NAMESPACE"),
         )
     {
-        crate::k8s::events::record_on_job(&ns, &job, summary.exit_code != exit::OK, &line).await;
+        crate::k8s::events::record_on_job(&ns, &job, summary.exit_code != Exit::Ok, &line).await;
     }
     Ok(summary.exit_code)
 }
@@ -240,7 +241,7 @@ pub async fn publish(
     json: bool,
     max_attempts: u32,
     memory_budget: u64,
-) -> anyhow::Result<i32> {
+) -> anyhow::Result<Exit> {
     let store = connect_migrated(cli, 2).await?;
     let settings = RunSettings {
         max_attempts,
@@ -274,8 +275,8 @@ pub async fn publish(
         Outcome::Unresolved {
             reason: crate::report::Unresolved::Database,
             detail,
-        } if detail.contains("unavailable") => exit::DATABASE,
-        o => o.publish_exit_code(),
+        } if detail.contains("unavailable") => Exit::Database,
+        o => o.publish_exit(),
     };
     Ok(code)
 }
@@ -284,7 +285,7 @@ pub async fn publish(
 pub const DEMO_FIXTURE: &[u8] = include_bytes!("../../examples/demo-fixture.json");
 
 /// `demo`.
-pub async fn demo(cli: &Cli) -> anyhow::Result<i32> {
+pub async fn demo(cli: &Cli) -> anyhow::Result<Exit> {
     let settings = RunSettings::default();
     let store = connect(cli, run_pool_size(cli, settings.concurrency)).await?;
     let migrated = store.migrate(false, None).await?;
@@ -328,5 +329,5 @@ pub async fn demo(cli: &Cli) -> anyhow::Result<i32> {
     outln!(
         "\nTry: package-executor explain demo-rejected | package-executor current demo-1 --json"
     );
-    Ok(exit::OK)
+    Ok(Exit::Ok)
 }

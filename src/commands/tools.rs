@@ -8,12 +8,12 @@ use crate::canonical;
 /// How deep a document `canonicalize` takes may nest.
 const MAX_DEPTH: usize = 512;
 use crate::cli::IdentityCommand;
+use crate::exit::Exit;
 use crate::identity::ToolIdentity;
 use crate::model::Digest;
-use crate::report::exit;
 
 /// `canonicalize [FILE] [--digest]`.
-pub fn canonicalize(file: Option<&Path>, digest: bool) -> anyhow::Result<i32> {
+pub fn canonicalize(file: Option<&Path>, digest: bool) -> anyhow::Result<Exit> {
     let input = match file {
         Some(path) => match std::fs::read(path) {
             Ok(b) => b,
@@ -22,7 +22,7 @@ pub fn canonicalize(file: Option<&Path>, digest: bool) -> anyhow::Result<i32> {
                     "error: cannot read {}: {e}; check the path, and that this process may read the file",
                     path.display()
                 );
-                return Ok(exit::ERROR);
+                return Ok(Exit::Error);
             }
         },
         None => {
@@ -39,7 +39,7 @@ pub fn canonicalize(file: Option<&Path>, digest: bool) -> anyhow::Result<i32> {
             eprintln!(
                 "error: not acceptable JSON: {e}; fix the document (duplicate member names and lone surrogates are refused)"
             );
-            return Ok(exit::ERROR);
+            return Ok(Exit::Error);
         }
     };
     let mut out = std::io::stdout().lock();
@@ -49,11 +49,11 @@ pub fn canonicalize(file: Option<&Path>, digest: bool) -> anyhow::Result<i32> {
         out.write_all(&bytes)?;
     }
     out.flush()?;
-    Ok(exit::OK)
+    Ok(Exit::Ok)
 }
 
 /// `identity encode|decode`.
-pub fn identity(cmd: &IdentityCommand) -> anyhow::Result<i32> {
+pub fn identity(cmd: &IdentityCommand) -> anyhow::Result<Exit> {
     match cmd {
         IdentityCommand::Encode {
             source,
@@ -68,22 +68,22 @@ pub fn identity(cmd: &IdentityCommand) -> anyhow::Result<i32> {
             match t.encode() {
                 Ok(s) => {
                     outln!("{s}");
-                    Ok(exit::OK)
+                    Ok(Exit::Ok)
                 }
                 Err(e) => {
                     eprintln!("error: {e}");
-                    Ok(exit::ERROR)
+                    Ok(Exit::Error)
                 }
             }
         }
         IdentityCommand::Decode { string } => match ToolIdentity::decode(string) {
             Ok(t) => {
                 outln!("{}", serde_json::to_string(&t).unwrap_or_default());
-                Ok(exit::OK)
+                Ok(Exit::Ok)
             }
             Err(e) => {
                 eprintln!("error: {string:?} is not a canonical identity: {e}");
-                Ok(exit::ERROR)
+                Ok(Exit::Error)
             }
         },
     }

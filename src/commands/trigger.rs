@@ -5,9 +5,9 @@ use k8s_openapi::api::batch::v1::{CronJob, Job};
 use kube::Api;
 
 use crate::cli::TriggerArgs;
+use crate::exit::Exit;
 use crate::k8s::job;
 use crate::k8s::trigger::{TriggerOptions, Triggered, trigger as run_trigger};
-use crate::report::exit;
 
 /// The Job `trigger` would create from a template file.
 pub fn job_for(args: &TriggerArgs, namespace: Option<&str>) -> anyhow::Result<Job> {
@@ -23,12 +23,12 @@ pub fn job_for(args: &TriggerArgs, namespace: Option<&str>) -> anyhow::Result<Jo
 }
 
 /// `trigger`.
-pub async fn trigger(args: &TriggerArgs) -> anyhow::Result<i32> {
+pub async fn trigger(args: &TriggerArgs) -> anyhow::Result<Exit> {
     if args.dry_run {
         let job = job_for(args, args.namespace.as_deref())?;
         // k8s-openapi writes apiVersion and kind itself.
         print!("{}", serde_norway::to_string(&job)?);
-        return Ok(exit::OK);
+        return Ok(Exit::Ok);
     }
     let client = match kube::Client::try_default().await {
         Ok(c) => c,
@@ -36,7 +36,7 @@ pub async fn trigger(args: &TriggerArgs) -> anyhow::Result<i32> {
             eprintln!(
                 "error: cannot reach Kubernetes: {e}; set KUBECONFIG or run inside a pod with a service account"
             );
-            return Ok(exit::ERROR);
+            return Ok(Exit::Error);
         }
     };
     let namespace = args
@@ -50,7 +50,7 @@ pub async fn trigger(args: &TriggerArgs) -> anyhow::Result<i32> {
                 Ok(template) => job::finalize(template, &args.publication_id, Some(&namespace)),
                 Err(e) => {
                     eprintln!("error: {e}");
-                    return Ok(exit::ERROR);
+                    return Ok(Exit::Error);
                 }
             }
         }
@@ -63,12 +63,12 @@ pub async fn trigger(args: &TriggerArgs) -> anyhow::Result<i32> {
         timeout: args.timeout,
     };
     match run_trigger(&api, &job, &opts).await {
-        Ok(Triggered::Complete) => Ok(exit::OK),
-        Ok(Triggered::Failed) => Ok(exit::JOB_FAILED),
-        Ok(Triggered::TimedOut) => Ok(exit::TIMEOUT),
+        Ok(Triggered::Complete) => Ok(Exit::Ok),
+        Ok(Triggered::Failed) => Ok(Exit::JobFailed),
+        Ok(Triggered::TimedOut) => Ok(Exit::Timeout),
         Err(e) => {
             eprintln!("error: {e}");
-            Ok(exit::ERROR)
+            Ok(Exit::Error)
         }
     }
 }

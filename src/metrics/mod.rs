@@ -96,7 +96,7 @@ pub fn encode(summary: &RunSummary, end_unix_seconds: f64) -> String {
         &mut registry,
         "package_executor_last_run_exit_code",
         "Exit code of the last run",
-        i64::from(summary.exit_code),
+        i64::from(summary.exit_code.code()),
     );
     float(
         &mut registry,
@@ -104,7 +104,7 @@ pub fn encode(summary: &RunSummary, end_unix_seconds: f64) -> String {
         "When the last run ended, Unix seconds",
         end_unix_seconds,
     );
-    if summary.exit_code == crate::report::exit::OK {
+    if summary.exit_code.is_ok() {
         float(
             &mut registry,
             "package_executor_last_success_timestamp_seconds",
@@ -201,7 +201,7 @@ mod tests {
         // A reason with a count stands for its outcome; no reason-less zero beside it.
         assert!(!text.contains("package_executor_last_run_projects{outcome=\"rejected\"} "));
         assert!(text.contains("package_executor_last_success_timestamp_seconds 1700000000.5\n"));
-        s.exit_code = 3;
+        s.exit_code = crate::exit::Exit::Unresolved;
         assert!(!encode(&s, 1.0).contains("last_success"));
     }
 }

@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use db::*;
 use package_executor::coordinator::{Coordinator, LogObserver, RunReport, RunSettings, Stop};
+use package_executor::exit::Exit;
 use package_executor::report::{Outcome, Unresolved};
 use package_executor::sources;
 use package_executor::store::{ConnectOptions, Store, StoreError};
@@ -108,7 +109,7 @@ fn assert_import_refused_for_space(err: &StoreError, code: &str) {
 fn assert_nothing_fit(report: &RunReport, code: &str) {
     let summary = &report.summary;
     assert_eq!(summary.published, 0, "{summary:?}");
-    assert_eq!(summary.exit_code, 3, "{summary:?}");
+    assert_eq!(summary.exit_code, Exit::Unresolved, "{summary:?}");
     assert_eq!(summary.unresolved.get("database"), Some(&6), "{summary:?}");
     for (project, outcome) in &report.outcomes {
         match outcome {
@@ -178,7 +179,7 @@ fn a_sqlite_run_that_fills_the_disk_writes_nothing_and_leaves_the_projects_pendi
 
         make_room(&store).await;
         let again = run_all(&store, false).await;
-        assert_eq!(again.exit_code, 0, "{again:?}");
+        assert_eq!(again.exit_code, Exit::Ok, "{again:?}");
         assert_eq!(again.published, 6);
         assert_eq!(partial_snapshots(&store).await, 0);
         assert!(marked(&store).await.is_empty());
@@ -348,7 +349,7 @@ fn a_postgres_run_that_fills_the_disk_writes_nothing_and_leaves_the_projects_pen
             let summary = run_all(&exec_store, false).await;
             println!("run {run} with room: {summary:?}");
             published += summary.published;
-            if summary.exit_code == 0 {
+            if summary.exit_code == Exit::Ok {
                 break;
             }
             let log =
@@ -359,7 +360,8 @@ fn a_postgres_run_that_fills_the_disk_writes_nothing_and_leaves_the_projects_pen
                 errors[errors.len().saturating_sub(10)..].join("\n")
             );
             assert_eq!(
-                summary.exit_code, 3,
+                summary.exit_code,
+                Exit::Unresolved,
                 "only unresolved, never anything else: {summary:?}"
             );
             assert!(

@@ -8,6 +8,7 @@
 
 pub mod canonical;
 pub mod defaults;
+pub mod exit;
 pub mod fixture;
 pub mod identity;
 pub mod import_rows;

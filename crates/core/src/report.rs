@@ -4,29 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-/// Exit codes of contract section 10.
-pub mod exit {
-    /// Success.
-    pub const OK: i32 = 0;
-    /// Error: bad input, bad configuration, a panic.
-    pub const ERROR: i32 = 1;
-    /// Usage.
-    pub const USAGE: i32 = 2;
-    /// Unresolved after bounded recovery.
-    pub const UNRESOLVED: i32 = 3;
-    /// No current snapshot.
-    pub const NO_CURRENT: i32 = 4;
-    /// Integrity violation.
-    pub const INTEGRITY: i32 = 5;
-    /// Rejected.
-    pub const REJECTED: i32 = 6;
-    /// The triggered Job failed.
-    pub const JOB_FAILED: i32 = 7;
-    /// Database unavailable or not migrated.
-    pub const DATABASE: i32 = 8;
-    /// Timed out waiting.
-    pub const TIMEOUT: i32 = 124;
-}
+use crate::exit::Exit;
 
 /// Why a project is still pending after its attempts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -177,14 +155,14 @@ impl Outcome {
     }
 
     /// Exit code of `publish` for this outcome.
-    pub fn publish_exit_code(&self) -> i32 {
+    pub fn publish_exit(&self) -> Exit {
         match self {
             Self::Published { .. } | Self::Replayed { .. } | Self::AlreadyCurrent { .. } => {
-                exit::OK
+                Exit::Ok
             }
-            Self::Rejected { .. } => exit::REJECTED,
-            Self::Unresolved { .. } => exit::UNRESOLVED,
-            Self::Integrity { .. } => exit::INTEGRITY,
+            Self::Rejected { .. } => Exit::Rejected,
+            Self::Unresolved { .. } => Exit::Unresolved,
+            Self::Integrity { .. } => Exit::Integrity,
         }
     }
 }
@@ -248,7 +226,7 @@ pub struct RunSummary {
     /// Always `package-executor/run-summary@v1`.
     pub schema: &'static str,
     /// The process's exit code.
-    pub exit_code: i32,
+    pub exit_code: Exit,
     /// Distinct projects attempted.
     pub projects_scanned: u64,
     /// Published.
@@ -280,7 +258,7 @@ impl RunSummary {
     pub fn new(shard: Shard) -> Self {
         Self {
             schema: "package-executor/run-summary@v1",
-            exit_code: 0,
+            exit_code: Exit::Ok,
             projects_scanned: 0,
             published: 0,
             replayed: 0,
@@ -328,15 +306,15 @@ impl RunSummary {
         let total_rejected: u64 = self.rejected.values().sum();
         let total_unresolved: u64 = self.unresolved.values().sum();
         self.exit_code = if !self.integrity.is_empty() {
-            exit::INTEGRITY
+            Exit::Integrity
         } else if database_down {
-            exit::DATABASE
+            Exit::Database
         } else if total_unresolved > 0 || left_pending {
-            exit::UNRESOLVED
+            Exit::Unresolved
         } else if fail_on_rejected && total_rejected > 0 {
-            exit::REJECTED
+            Exit::Rejected
         } else {
-            exit::OK
+            Exit::Ok
         };
     }
 

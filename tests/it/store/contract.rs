@@ -9,6 +9,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use db::*;
+use package_executor::exit::Exit;
 use package_executor::planner::{self, ActiveHead};
 use package_executor::report::Outcome;
 use package_executor::sources;
@@ -1227,7 +1228,7 @@ const D: &str = "'sha256:0000000000000000000000000000000000000000000000000000000
 /// Runs until nothing is marked, and checks that it is so.
 async fn settle(s: &Stores) {
     let summary = run_all(&s.exec, false).await;
-    assert_eq!(summary.exit_code, 0, "{summary:?}");
+    assert_eq!(summary.exit_code, Exit::Ok, "{summary:?}");
     assert_eq!(marked(&s.exec).await, Vec::<String>::new(), "{summary:?}");
 }
 
@@ -1438,7 +1439,7 @@ async fn a_change_during_a_build_stays_marked_for_the_next_run() {
     within(async {
         let store = connect(&pg::fresh_db().await).await;
         import(&store, DEMO).await;
-        assert_eq!(run_all(&store, false).await.exit_code, 0);
+        assert_eq!(run_all(&store, false).await.exit_code, Exit::Ok);
         sources::activate(&store, "demo-1-github", 3).await.unwrap();
         assert_eq!(marked(&store).await, ["demo-1"]);
         let snapshot = planned(&store, "demo-1").await;
@@ -1603,7 +1604,7 @@ async fn a_late_revision_is_built(s: Stores) {
             summary.published,
             summary.exit_code
         ),
-        (1, 1, 0),
+        (1, 1, Exit::Ok),
         "{summary:?}"
     );
     assert!(summary.rejected.is_empty(), "{summary:?}");
@@ -1650,7 +1651,7 @@ async fn a_revision_missing_row_of_an_older_build_never_stands(s: Stores) {
     let summary = run_all(&s.exec, false).await;
     assert_eq!(
         (summary.published, summary.exit_code),
-        (1, 0),
+        (1, Exit::Ok),
         "{summary:?}"
     );
     assert_eq!(
@@ -2040,7 +2041,7 @@ async fn snapshots_from_before_the_key_stay_current() {
             );
             sources::activate(store, "demo-1-github", 2).await.unwrap();
             let summary = run_all(store, true).await;
-            assert_eq!(summary.exit_code, 0, "{summary:?}");
+            assert_eq!(summary.exit_code, Exit::Ok, "{summary:?}");
             assert_eq!(
                 stored_digests(store).await.len(),
                 4,

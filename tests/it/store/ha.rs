@@ -11,6 +11,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use db::*;
+use package_executor::exit::Exit;
 use package_executor::store::Store;
 use pg::PgCluster;
 use sqlx::Row;
@@ -391,7 +392,7 @@ async fn a_demoted_primary_that_still_accepts_connections_is_left_for_the_new_on
             ],
         );
         let summary = run_all(&store, false).await;
-        assert_eq!(summary.exit_code, 0, "{summary:?}");
+        assert_eq!(summary.exit_code, Exit::Ok, "{summary:?}");
         assert!(summary.unresolved.is_empty(), "{summary:?}");
         // The fixture's 20 and the demo's three publishable projects.
         assert_eq!(summary.published, 23, "{summary:?}");

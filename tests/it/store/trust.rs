@@ -11,6 +11,7 @@ use package_executor_testkit::pg;
 use std::time::Duration;
 
 use db::*;
+use package_executor::exit::Exit;
 use package_executor::report::Outcome;
 use package_executor::store::{ConnectOptions, Dialect, Store};
 use sqlx::{Connection, PgConnection};
@@ -82,7 +83,7 @@ async fn a_claim_no_other_login_can_take_or_block() {
 
         let executor = connect(&pg::as_login(&url, "login_executor")).await;
         let summary = run_all(&executor, true).await;
-        assert_eq!(summary.exit_code, 0, "{summary:?}");
+        assert_eq!(summary.exit_code, Exit::Ok, "{summary:?}");
         assert_eq!(summary.claimed_elsewhere, 0, "{summary:?}");
         assert_eq!(summary.published, 3, "{summary:?}");
         assert!(door(&url, "demo-1").await.is_some());
@@ -112,7 +113,7 @@ async fn a_run_never_counts_an_unverified_claim_as_success() {
             .unwrap();
         let summary = run_all(&executor, true).await;
         assert_eq!(summary.claimed_elsewhere, 1, "{summary:?}");
-        assert_eq!(summary.exit_code, 0, "{summary:?}");
+        assert_eq!(summary.exit_code, Exit::Ok, "{summary:?}");
         holder.rollback().await.unwrap();
 
         // The owner removes demo-1's claim row: no executor can claim it now.
@@ -129,7 +130,7 @@ async fn a_run_never_counts_an_unverified_claim_as_success() {
             Some(&1),
             "{summary:?}"
         );
-        assert_eq!(summary.exit_code, 3, "{summary:?}");
+        assert_eq!(summary.exit_code, Exit::Unresolved, "{summary:?}");
         let metrics = package_executor::metrics::encode(&summary, 0.0);
         assert!(
             metrics.contains(r#"outcome="unresolved",reason="claim-unverified"} 1"#),
