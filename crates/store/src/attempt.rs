@@ -7,10 +7,11 @@ use sqlx::postgres::PgRow;
 use sqlx::sqlite::SqliteRow;
 use sqlx::{AssertSqlSafe, Postgres, Row, Sqlite, Transaction};
 
-use super::queries::{Current, CurrentHead, CurrentSnapshot, NewestSnapshot, StoredSnapshot};
+use super::queries::{Current, CurrentSnapshot, SnapshotHead, StoredSnapshot};
+use super::rows::{Decoded, SnapshotSource};
 use super::sql::{self, for_dialect};
 use super::{Dialect, ObservedHead, StoreError};
-use package_executor_core::planner::{ActiveHead, Snapshot};
+use package_executor_core::planner::Snapshot;
 use package_executor_core::rejection::Rejection;
 use package_executor_core::source_key::source_key;
 
@@ -204,13 +205,7 @@ impl Attempt<'_> {
             let Some(r) = row else {
                 return Ok(None);
             };
-            let head = CurrentHead {
-                snapshot_id: r.try_get("snapshot_id")?,
-                snapshot_digest: r.try_get("snapshot_digest")?,
-                active_vector_digest: r.try_get("active_vector_digest")?,
-                definition_digest: r.try_get("definition_digest")?,
-                committed_at: r.try_get("committed_at")?,
-            };
+            let head = <SnapshotHead as sqlx::FromRow<_>>::from_row(&r)?;
             Ok(Some(match r.try_get::<Option<Vec<u8>>, _>("canonical_json")? {
                 None => Current::Unchanged(head),
                 Some(canonical_json) => Current::Changed(CurrentSnapshot {
@@ -228,11 +223,10 @@ impl Attempt<'_> {
     /// One observation: the live heads and their generations (at most 129, in vector order).
     pub async fn observe(&mut self, project_id: &str) -> Result<Vec<ObservedHead>, StoreError> {
         on_conn!(self, c, d => {
-            let rows = sqlx::query(for_dialect(d, sql::OBSERVE_HEADS))
+            Ok(sqlx::query_as(for_dialect(d, sql::OBSERVE_HEADS))
                 .bind(project_id)
                 .fetch_all(c)
-                .await?;
-            rows.iter().map(head_of).collect()
+                .await?)
         })
     }
 
@@ -441,22 +435,12 @@ impl Attempt<'_> {
     pub async fn newest_snapshot(
         &mut self,
         project_id: &str,
-    ) -> Result<Option<NewestSnapshot>, StoreError> {
+    ) -> Result<Option<SnapshotHead>, StoreError> {
         on_conn!(self, c, d => {
-            let row = sqlx::query(for_dialect(d, sql::NEWEST_SNAPSHOT))
+            Ok(sqlx::query_as(for_dialect(d, sql::NEWEST_SNAPSHOT))
                 .bind(project_id)
                 .fetch_optional(c)
-                .await?;
-            match row {
-                None => Ok(None),
-                Some(r) => Ok(Some(NewestSnapshot {
-                    snapshot_id: r.try_get("snapshot_id")?,
-                    snapshot_digest: r.try_get("snapshot_digest")?,
-                    active_vector_digest: r.try_get("active_vector_digest")?,
-                    definition_digest: r.try_get("definition_digest")?,
-                    committed_at: r.try_get("committed_at")?,
-                })),
-            }
+                .await?)
         })
     }
 
@@ -490,108 +474,46 @@ impl Attempt<'_> {
             Some(_) => sql::SNAPSHOT_PAGE_OF_PROJECT,
         };
         let mut snapshots = on_conn!(self, c, d => {
-            let mut query = sqlx::query(for_dialect(d, text)).bind(after_id).bind(max_bytes);
+            let mut query =
+                sqlx::query_as::<_, Decoded<StoredSnapshot>>(for_dialect(d, text))
+                    .bind(after_id)
+                    .bind(max_bytes);
             if let Some(project_id) = project_id {
                 query = query.bind(project_id);
             }
-            query
-                .fetch_all(c)
-                .await?
-                .iter()
-                .map(|r| {
-                    Ok(StoredSnapshot {
-                        snapshot_id: r.try_get("snapshot_id")?,
-                        project_id: r.try_get("project_id")?,
-                        snapshot_digest: r.try_get("snapshot_digest")?,
-                        active_vector_digest: r.try_get("active_vector_digest")?,
-                        definition_digest: r.try_get("definition_digest")?,
-                        package_count: r.try_get("package_count")?,
-                        definition_count: r.try_get("definition_count")?,
-                        canonical_json: r.try_get("canonical_json")?,
-                        source_key: r.try_get("source_key")?,
-                        sources: Vec::new(),
-                    })
-                })
-                .collect::<Result<Vec<_>, StoreError>>()
-        })?;
+            query.fetch_all(c).await?
+        })
+        .into_iter()
+        .map(|Decoded(s)| s)
+        .collect::<Vec<_>>();
         if snapshots.is_empty() {
             return Ok(snapshots);
         }
         let ids: Vec<i64> = snapshots.iter().map(|s| s.snapshot_id).collect();
-        let sources = match self {
-            Attempt::Pg(tx) => sqlx::query(sql::SNAPSHOT_SOURCES_PG)
-                .bind(&ids)
-                .fetch_all(&mut **tx)
-                .await?
-                .iter()
-                .map(source_of)
-                .collect::<Result<Vec<_>, _>>()?,
+        let sources: Vec<SnapshotSource> = match self {
+            Attempt::Pg(tx) => {
+                sqlx::query_as(sql::SNAPSHOT_SOURCES_PG)
+                    .bind(&ids)
+                    .fetch_all(&mut **tx)
+                    .await?
+            }
             Attempt::Lite(tx) => {
                 let list =
                     serde_json::to_string(&ids).map_err(|e| StoreError::Other(e.to_string()))?;
-                sqlx::query(sql::SNAPSHOT_SOURCES_SQLITE)
+                sqlx::query_as(sql::SNAPSHOT_SOURCES_SQLITE)
                     .bind(list)
                     .fetch_all(&mut **tx)
                     .await?
-                    .iter()
-                    .map(source_of)
-                    .collect::<Result<Vec<_>, _>>()?
             }
         };
         let index: HashMap<i64, usize> = ids.iter().enumerate().map(|(i, id)| (*id, i)).collect();
-        for (snapshot_id, head) in sources {
+        for SnapshotSource { snapshot_id, head } in sources {
             if let Some(&i) = index.get(&snapshot_id) {
                 snapshots[i].sources.push(head);
             }
         }
         Ok(snapshots)
     }
-}
-
-/// One row of [`sql::SNAPSHOT_SOURCES_PG`] (or its SQLite twin): the snapshot it belongs to and
-/// the head it recorded.
-fn source_of<R: Row>(r: &R) -> Result<(i64, ActiveHead), StoreError>
-where
-    for<'r> i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    for<'r> String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    for<'r> &'r str: sqlx::ColumnIndex<R>,
-{
-    Ok((
-        r.try_get("snapshot_id")?,
-        ActiveHead {
-            package_name: r.try_get("package_name")?,
-            installation_id: r.try_get("installation_id")?,
-            generation: r.try_get("generation")?,
-            generation_digest: r.try_get("generation_digest")?,
-            lock_digest: r.try_get("lock_digest")?,
-            revision_digest: r.try_get("revision_digest")?,
-            approved_permissions: String::new(),
-        },
-    ))
-}
-
-/// One head of an observation row (`OBSERVE_HEADS` and the queries built on it).
-pub(super) fn head_of<R: Row>(r: &R) -> Result<ObservedHead, StoreError>
-where
-    for<'r> i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    for<'r> String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    for<'r> &'r str: sqlx::ColumnIndex<R>,
-{
-    let text = |column: &str| -> Result<String, StoreError> {
-        Ok(r.try_get::<Option<String>, _>(column)?.unwrap_or_default())
-    };
-    Ok(ObservedHead {
-        head: ActiveHead {
-            package_name: r.try_get("package_name")?,
-            installation_id: r.try_get("installation_id")?,
-            generation: r.try_get("active_generation")?,
-            generation_digest: text("generation_digest")?,
-            lock_digest: text("lock_digest")?,
-            revision_digest: text("revision_digest")?,
-            approved_permissions: text("approved_permissions")?,
-        },
-        status: r.try_get("status")?,
-    })
 }
 
 fn insert_sources_sql(d: Dialect, rows: usize) -> String {

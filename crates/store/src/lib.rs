@@ -10,6 +10,7 @@ pub mod migrate;
 mod primary;
 mod queries;
 mod redact;
+mod rows;
 pub mod sql;
 mod steps;
 mod tls;
@@ -33,8 +34,7 @@ pub const PENDING_PAGE_SQL: &str = sql::PENDING_PAGE_PG;
 /// The PostgreSQL open step's text (`$1` project, `$2`/`$3` claim), for tests and EXPLAIN.
 pub const OPEN_SQL: &str = sql::OPEN_PG;
 pub use queries::{
-    Current, CurrentHead, CurrentSnapshot, NewestSnapshot, ProjectFacts, RecordedRejection,
-    StoredSnapshot,
+    Current, CurrentSnapshot, ProjectFacts, RecordedRejection, SnapshotHead, StoredSnapshot,
 };
 
 use package_executor_core::defaults;

@@ -24,10 +24,10 @@ pub struct CurrentSnapshot {
     pub committed_at: String,
 }
 
-/// The current snapshot's row without its document (the conditional door's answer when the
-/// caller's copy is current).
+/// A snapshot's row without its document: the conditional door's answer when the caller's copy
+/// is current, and the newest snapshot `explain` shows (current or not).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CurrentHead {
+pub struct SnapshotHead {
     /// Row id.
     pub snapshot_id: i64,
     /// `snapshot_digest`.
@@ -44,24 +44,9 @@ pub struct CurrentHead {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Current {
     /// The caller's copy (the digest it gave) is the current snapshot: no document sent.
-    Unchanged(CurrentHead),
+    Unchanged(SnapshotHead),
     /// Another snapshot is current (or the caller gave none): the whole row.
     Changed(CurrentSnapshot),
-}
-
-/// The newest snapshot of a project, current or not.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NewestSnapshot {
-    /// Row id.
-    pub snapshot_id: i64,
-    /// `snapshot_digest`.
-    pub snapshot_digest: String,
-    /// `active_vector_digest`.
-    pub active_vector_digest: String,
-    /// `definition_digest`.
-    pub definition_digest: String,
-    /// RFC 3339 UTC with milliseconds.
-    pub committed_at: String,
 }
 
 /// A recorded rejection.
@@ -87,7 +72,7 @@ pub struct ProjectFacts {
     /// The live vector's digest.
     pub vector: Digest,
     /// The newest snapshot of any vector.
-    pub newest: Option<NewestSnapshot>,
+    pub newest: Option<SnapshotHead>,
     /// The rejection recorded for the live vector.
     pub rejection: Option<RecordedRejection>,
     /// The project's mark in the pending index (its version).

@@ -22,7 +22,6 @@ use std::collections::HashMap;
 
 use sqlx::Row;
 
-use super::attempt::head_of;
 use super::sql;
 use super::{Attempt, Dialect, ObservedHead, RecordedRejection, StoreError};
 use package_executor_core::planner::{ActiveHead, Snapshot, StoredLength};
@@ -207,7 +206,10 @@ impl Attempt<'_> {
                 .bind(cap(inline))
                 .fetch_all(c)
                 .await?;
-            let heads = rows.iter().map(head_of).collect::<Result<Vec<_>, _>>()?;
+            let heads = rows
+                .iter()
+                .map(sqlx::FromRow::from_row)
+                .collect::<Result<Vec<ObservedHead>, _>>()?;
             let lengths = rows
                 .iter()
                 .map(|r| Ok((r.try_get("byte_length")?, r.try_get("actual_length")?)))
