@@ -27,14 +27,14 @@ use package_executor_testkit::pg;
 
 use std::collections::BTreeSet;
 use std::process::Stdio;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use chaos::{Rng, consumer_check_on};
+use chaos::Rng;
 use db::*;
-use package_executor::sources;
-use package_executor::store::{ConnectOptions, Store};
+use package_executor::store::ConnectOptions;
+use package_executor_testkit::actors::{Actors, Pids, Tally};
 use patroni::Patroni;
 use sqlx::{ConnectOptions as _, Connection, PgConnection, Row};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -86,9 +86,9 @@ struct Pass {
 
 #[derive(Default)]
 struct Counts {
-    activations: AtomicU64,
-    checks: [AtomicU64; 2],
-    hits: [AtomicU64; 2],
+    activations: Arc<AtomicU64>,
+    /// The consumer on each way.
+    consumers: [Arc<Tally>; 2],
 }
 
 /// One scenario as it happened.
@@ -161,7 +161,7 @@ async fn connect_read_write(hosts: &[String]) -> Option<PgConnection> {
 }
 
 /// Runs one executor pass and reads what it reported published from its JSON log.
-async fn pass(url: &str, way: Way, pids: &Mutex<Vec<u32>>) -> Pass {
+async fn pass(url: &str, way: Way, pids: &Pids) -> Pass {
     let started = Instant::now();
     let mut child = exe(url, "5s")
         .args(chaos::PASS)
@@ -170,7 +170,7 @@ async fn pass(url: &str, way: Way, pids: &Mutex<Vec<u32>>) -> Pass {
         .spawn()
         .unwrap();
     let pid = child.id().unwrap_or_default();
-    pids.lock().unwrap().push(pid);
+    pids.add(pid);
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     let mut published = Vec::new();
     let mut met_a_standby = false;
@@ -200,7 +200,7 @@ async fn pass(url: &str, way: Way, pids: &Mutex<Vec<u32>>) -> Pass {
         child.wait().await.unwrap()
     })
     .await;
-    pids.lock().unwrap().retain(|p| *p != pid);
+    pids.remove(pid);
     let code = match finished {
         Ok(status) => status.code(),
         Err(_) => Some(-1),
@@ -266,25 +266,22 @@ async fn scenarios(seed: u64) {
         .collect();
     let proxy_admin = cluster.proxy_url("postgres", "patroni");
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let counts = Arc::new(Counts::default());
-    let rng = Arc::new(Mutex::new(Rng(seed)));
+    let counts = Counts::default();
+    let mut actors = Actors::new(seed);
     let passes: Arc<Mutex<Vec<Pass>>> = Arc::new(Mutex::new(Vec::new()));
-    let pids: Arc<Mutex<Vec<u32>>> = Arc::new(Mutex::new(Vec::new()));
-    let mut tasks = Vec::new();
 
     // Two executor replicas per way, pass after pass; after a failed pass a short pause, as a
     // Job's backoff would give.
     for way in WAYS {
         for _ in 0..2 {
-            let (stop, passes, pids, url) = (
-                stop.clone(),
+            let (running, passes, pids, url) = (
+                actors.running(),
                 passes.clone(),
-                pids.clone(),
+                actors.pids.clone(),
                 urls[way.index()].clone(),
             );
-            tasks.push(tokio::spawn(async move {
-                while !stop.load(Ordering::SeqCst) {
+            actors.spawn(async move {
+                while running.get() {
                     let p = pass(&url, way, &pids).await;
                     let failed = p.code != Some(0);
                     passes.lock().unwrap().push(p);
@@ -292,105 +289,47 @@ async fn scenarios(seed: u64) {
                         tokio::time::sleep(Duration::from_millis(250)).await;
                     }
                 }
-            }));
+            });
         }
     }
     // The control plane activates generations through the multi-host URL.
-    {
-        let (stop, counts, rng, url) = (
-            stop.clone(),
-            counts.clone(),
-            rng.clone(),
-            cluster.multi_host_url("postgres", "patroni"),
-        );
-        tasks.push(tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_millis(50));
-            let mut store: Option<Store> = None;
-            while !stop.load(Ordering::SeqCst) {
-                tick.tick().await;
-                if store.is_none() {
-                    let opts = ConnectOptions {
-                        statement_timeout: Duration::from_secs(3),
-                        acquire_timeout: Duration::from_secs(3),
-                        ..ConnectOptions::new(url.clone())
-                    };
-                    store = tokio::time::timeout(Duration::from_secs(10), Store::connect(&opts))
-                        .await
-                        .ok()
-                        .and_then(Result::ok);
-                }
-                let Some(s) = &store else { continue };
-                let (p, k, g) = {
-                    let mut r = rng.lock().unwrap();
-                    (
-                        r.below(PROJECTS as u64),
-                        r.below(2),
-                        1 + r.below(GENERATIONS) as i64,
-                    )
-                };
-                let activation = tokio::time::timeout(
-                    Duration::from_secs(5),
-                    sources::activate(s, &format!("p{p:05}-k{k}"), g),
-                )
-                .await;
-                match activation {
-                    Ok(Ok(())) => {
-                        counts.activations.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Ok(Err(e)) if !e.is_transient() => {} // already active: nothing to do
-                    _ => {
-                        if let Some(s) = store.take() {
-                            tokio::spawn(async move { s.close().await });
-                        }
-                    }
-                }
-            }
-        }));
-    }
+    actors.control_plane(
+        ConnectOptions {
+            statement_timeout: Duration::from_secs(3),
+            acquire_timeout: Duration::from_secs(3),
+            ..ConnectOptions::new(cluster.multi_host_url("postgres", "patroni"))
+        },
+        PROJECTS as u64,
+        GENERATIONS,
+        counts.activations.clone(),
+    );
     // A consumer per way, asking for current snapshots and checking each against the live heads.
     for way in WAYS {
-        let (stop, counts, rng, member_urls, proxy_admin) = (
-            stop.clone(),
-            counts.clone(),
-            rng.clone(),
-            member_urls.clone(),
-            proxy_admin.clone(),
-        );
-        tasks.push(tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_millis(20));
-            while !stop.load(Ordering::SeqCst) {
-                tick.tick().await;
-                let p = rng.lock().unwrap().below(PROJECTS as u64);
-                let check = async {
-                    let mut conn = match way {
-                        Way::MultiHost => connect_read_write(&member_urls).await?,
-                        Way::Proxy => PgConnection::connect(&proxy_admin).await.ok()?,
-                    };
-                    let hit = consumer_check_on(&mut conn, &format!("p{p:05}"), seed).await;
-                    let _ = conn.close().await;
-                    hit
-                };
-                if let Ok(Some(hit)) = tokio::time::timeout(Duration::from_secs(5), check).await {
-                    counts.checks[way.index()].fetch_add(1, Ordering::Relaxed);
-                    if hit {
-                        counts.hits[way.index()].fetch_add(1, Ordering::Relaxed);
+        let (member_urls, proxy_admin) = (member_urls.clone(), proxy_admin.clone());
+        actors.consumer(
+            Duration::from_millis(20),
+            PROJECTS as u64,
+            seed,
+            counts.consumers[way.index()].clone(),
+            move || {
+                let (member_urls, proxy_admin) = (member_urls.clone(), proxy_admin.clone());
+                async move {
+                    match way {
+                        Way::MultiHost => connect_read_write(&member_urls).await,
+                        Way::Proxy => PgConnection::connect(&proxy_admin).await.ok(),
                     }
                 }
-            }
-        }));
+            },
+        );
     }
+    let rng = actors.rng.clone();
 
     // Steady state first: a successful pass through each way.
     let warm = Instant::now();
     wait_success(&passes, warm, seed, "the first pass").await;
 
     let mut done: Vec<Scenario> = Vec::new();
-    let checks = |c: &Counts| {
-        [
-            c.checks[0].load(Ordering::Relaxed),
-            c.checks[1].load(Ordering::Relaxed),
-        ]
-    };
+    let checks = |c: &Counts| c.consumers.each_ref().map(|t| t.checks());
     let pause = |rng: &Mutex<Rng>| rng.lock().unwrap().millis(1000, 4000);
 
     // 1. The leader crashes; 2. it comes back and rejoins as a replica.
@@ -470,16 +409,7 @@ async fn scenarios(seed: u64) {
     let calm = Instant::now();
     wait_success(&passes, calm, seed, "the calm after the last event").await;
 
-    stop.store(true, Ordering::SeqCst);
-    for pid in pids.lock().unwrap().iter() {
-        let _ = std::process::Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            .stderr(Stdio::null())
-            .status();
-    }
-    for t in tasks {
-        t.await.unwrap();
-    }
+    actors.stop().await;
 
     // The report, per scenario and way.
     let passes = std::mem::take(&mut *passes.lock().unwrap());
@@ -554,7 +484,7 @@ async fn scenarios(seed: u64) {
     assert!(bad.is_empty(), "{report}{bad:?}");
     for way in WAYS {
         assert!(
-            counts.checks[way.index()].load(Ordering::Relaxed) > 0,
+            counts.consumers[way.index()].checks() > 0,
             "{report}: the consumer via the {} never checked",
             way.label()
         );

@@ -20,15 +20,16 @@ use package_executor_testkit::fixtures;
 use package_executor_testkit::pg;
 
 use std::process::Command as StdCommand;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use chaos::{Rng, consumer_check, kill, sh};
+use chaos::{consumer_check, kill, sh};
 use db::*;
-use package_executor::sources;
-use package_executor::store::Store;
+use package_executor::store::ConnectOptions;
+use package_executor_testkit::actors::{Actors, Tally};
 use pg::PgCluster;
+use sqlx::{Connection, PgConnection};
 
 const PROJECTS: usize = 60;
 
@@ -155,9 +156,8 @@ struct Counts {
     kills: AtomicU64,
     partitions: AtomicU64,
     runs: AtomicU64,
-    activations: AtomicU64,
-    consumer_checks: AtomicU64,
-    consumer_hits: AtomicU64,
+    activations: Arc<AtomicU64>,
+    consumer: Arc<Tally>,
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -221,32 +221,29 @@ async fn storm(seed: u64, seconds: u64) {
         cluster.port
     );
 
-    let stop = Arc::new(AtomicBool::new(false));
     let counts = Arc::new(Counts::default());
-    let rng = Arc::new(Mutex::new(Rng(seed)));
-    let replicas: Arc<Mutex<[Option<u32>; 3]>> = Arc::new(Mutex::new([None; 3]));
+    let mut actors = Actors::new(seed);
     let bad_exits: Arc<Mutex<Vec<String>>> = Arc::new(Mutex::new(Vec::new()));
-
-    let mut tasks = Vec::new();
-    for slot in 0..3 {
-        let (stop, counts, replicas, bad, url) = (
-            stop.clone(),
+    for _ in 0..3 {
+        let (running, pids, counts, bad, url) = (
+            actors.running(),
+            actors.pids.clone(),
             counts.clone(),
-            replicas.clone(),
             bad_exits.clone(),
             exec_url.clone(),
         );
-        tasks.push(tokio::spawn(async move {
-            while !stop.load(Ordering::SeqCst) {
+        actors.spawn(async move {
+            while running.get() {
                 let mut child = exe(&url, "5s")
                     .args(chaos::PASS)
                     .stdout(std::process::Stdio::null())
                     .stderr(std::process::Stdio::null())
                     .spawn()
                     .unwrap();
-                replicas.lock().unwrap()[slot] = child.id();
+                let pid = child.id().unwrap_or_default();
+                pids.add(pid);
                 let status = child.wait().await.unwrap();
-                replicas.lock().unwrap()[slot] = None;
+                pids.remove(pid);
                 counts.runs.fetch_add(1, Ordering::Relaxed);
                 // 0, 3 (left pending) and 8 (database gone) are a replica's lot in a storm; a
                 // signal is our SIGKILL. An integrity violation or an error is a defect.
@@ -255,63 +252,26 @@ async fn storm(seed: u64, seconds: u64) {
                     Some(code) => bad.lock().unwrap().push(format!("replica exited {code}")),
                 }
             }
-        }));
+        });
     }
-    {
-        let (stop, counts, rng, url) = (
-            stop.clone(),
-            counts.clone(),
-            rng.clone(),
-            socket_url.clone(),
-        );
-        tasks.push(tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_millis(50));
-            let mut store: Option<Store> = None;
-            while !stop.load(Ordering::SeqCst) {
-                tick.tick().await;
-                if store.is_none() {
-                    store =
-                        Store::connect(&package_executor::store::ConnectOptions::new(url.clone()))
-                            .await
-                            .ok();
-                }
-                let Some(s) = &store else { continue };
-                let (p, k, g) = {
-                    let mut r = rng.lock().unwrap();
-                    (r.below(PROJECTS as u64), r.below(2), 1 + r.below(2) as i64)
-                };
-                match sources::activate(s, &format!("p{p:05}-k{k}"), g).await {
-                    Ok(()) => {
-                        counts.activations.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Err(e) if e.is_transient() => store = None,
-                    Err(_) => {} // already active: nothing to do
-                }
-            }
-        }));
-    }
-    {
-        let (stop, counts, rng, url) = (
-            stop.clone(),
-            counts.clone(),
-            rng.clone(),
-            socket_url.clone(),
-        );
-        tasks.push(tokio::spawn(async move {
-            // Paced, so that a refused connection (the server is down) is no busy loop.
-            let mut tick = tokio::time::interval(Duration::from_millis(10));
-            while !stop.load(Ordering::SeqCst) {
-                tick.tick().await;
-                let p = rng.lock().unwrap().below(PROJECTS as u64);
-                if let Some(hit) = consumer_check(&url, &format!("p{p:05}"), seed).await {
-                    counts.consumer_checks.fetch_add(1, Ordering::Relaxed);
-                    if hit {
-                        counts.consumer_hits.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            }
-        }));
-    }
+    actors.control_plane(
+        ConnectOptions::new(socket_url.clone()),
+        PROJECTS as u64,
+        2,
+        counts.activations.clone(),
+    );
+    let url = socket_url.clone();
+    actors.consumer(
+        Duration::from_millis(10),
+        PROJECTS as u64,
+        seed,
+        counts.consumer.clone(),
+        move || {
+            let url = url.clone();
+            async move { PgConnection::connect(&url).await.ok() }
+        },
+    );
+    let rng = actors.rng.clone();
 
     // The faults.
     let started = Instant::now();
@@ -329,11 +289,7 @@ async fn storm(seed: u64, seconds: u64) {
                 start_in_netns(&cluster, &ns);
             }
             1 => {
-                let victim = {
-                    let mut r = rng.lock().unwrap();
-                    replicas.lock().unwrap()[r.below(3) as usize]
-                };
-                if let Some(pid) = victim {
+                if let Some(pid) = actors.pids.pick(&rng) {
                     kill(pid);
                     counts.kills.fetch_add(1, Ordering::Relaxed);
                 }
@@ -352,13 +308,7 @@ async fn storm(seed: u64, seconds: u64) {
     if !server_running(&cluster) {
         start_in_netns(&cluster, &ns);
     }
-    stop.store(true, Ordering::SeqCst);
-    for pid in replicas.lock().unwrap().iter().flatten() {
-        kill(*pid);
-    }
-    for t in tasks {
-        t.await.unwrap();
-    }
+    actors.stop().await;
     ns.heal_and_reach(cluster.port);
     let report = format!(
         "seed {seed}: {} crashes, {} replica kills, {} partitions, {} replica runs, {} activations, {} consumer checks ({} returned a snapshot)",
@@ -367,8 +317,8 @@ async fn storm(seed: u64, seconds: u64) {
         counts.partitions.load(Ordering::Relaxed),
         counts.runs.load(Ordering::Relaxed),
         counts.activations.load(Ordering::Relaxed),
-        counts.consumer_checks.load(Ordering::Relaxed),
-        counts.consumer_hits.load(Ordering::Relaxed),
+        counts.consumer.checks(),
+        counts.consumer.hits(),
     );
     println!("storm: {report}");
     // The test command prints this after the run (the test's own output is captured).
@@ -380,7 +330,7 @@ async fn storm(seed: u64, seconds: u64) {
     let bad = bad_exits.lock().unwrap().clone();
     assert!(bad.is_empty(), "{report}: {bad:?}");
     assert!(
-        counts.consumer_checks.load(Ordering::Relaxed) > 0,
+        counts.consumer.checks() > 0,
         "{report}: the consumer never checked"
     );
 

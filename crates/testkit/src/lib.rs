@@ -2,7 +2,7 @@
 //! files included by path: a throwaway PostgreSQL server ([`pg`]), storage helpers ([`db`]),
 //! fixtures, builders of pure-core inputs ([`inputs`]), the chart as helm renders it ([`helm`])
 //! and the API server's rules ([`k8s_rules`]), the fault scenarios' harness ([`chaos`],
-//! [`patroni`]) and the fuzz targets' bodies ([`fuzz_targets`]).
+//! [`actors`], [`patroni`]) and the fuzz targets' bodies ([`fuzz_targets`]).
 //!
 //! Test code: a failed step panics with what went wrong, so `unwrap` and `expect` are the point.
 #![allow(
@@ -12,6 +12,7 @@
     clippy::expect_used
 )]
 
+pub mod actors;
 pub mod chaos;
 pub mod db;
 pub mod fixtures;
