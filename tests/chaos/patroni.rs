@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use chaos::Rng;
 use db::*;
 use package_executor::store::ConnectOptions;
-use package_executor_testkit::actors::{Actors, Pids, Tally};
+use package_executor_testkit::actors::{Actors, Pids, Tally, assert_converges};
 use patroni::Patroni;
 use sqlx::{ConnectOptions as _, Connection, PgConnection, Row};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -526,34 +526,8 @@ async fn scenarios(seed: u64) {
         });
 
     // One run converges every project, through each way; verify recomputes every digest.
-    for url in &urls {
-        let out = exe(url, "30s")
-            .args(["run", "--json"])
-            .output()
-            .await
-            .unwrap();
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{report}: the final run did not converge: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    let pending = store.pending_page("", 1000).await.unwrap();
-    assert!(pending.is_empty(), "{report}: still pending: {pending:?}");
-    assert_eq!(
-        partial_snapshots(&store).await,
-        0,
-        "{report}: a snapshot lacks source rows"
-    );
+    assert_converges(&urls, &store, &report).await;
     store.close().await;
-    let out = exe(&urls[0], "30s").arg("verify").output().await.unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{report}: verify: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
     drop(cluster);
 }
 

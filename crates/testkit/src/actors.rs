@@ -15,6 +15,7 @@ use sqlx::PgConnection;
 use tokio::task::JoinHandle;
 
 use crate::chaos::{Rng, consumer_check_on, kill};
+use crate::db::{exe, partial_snapshots};
 
 /// Whether the scenario still runs: an actor's loop condition.
 #[derive(Clone, Debug)]
@@ -203,4 +204,42 @@ impl Actors {
             }
         });
     }
+}
+
+/// After the faults, with the actors stopped: one `run` through each of `exec_urls` exits 0,
+/// nothing is left pending, no snapshot lacks a source row (read through `admin`), and
+/// `verify` recomputes every digest. `report` (the scenario's, naming its seed) heads every
+/// failure.
+pub async fn assert_converges(exec_urls: &[String], admin: &Store, report: &str) {
+    for url in exec_urls {
+        let out = exe(url, "30s")
+            .args(["run", "--json"])
+            .output()
+            .await
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{report}: the final run did not converge: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let pending = admin.pending_page("", 1000).await.unwrap();
+    assert!(pending.is_empty(), "{report}: still pending: {pending:?}");
+    assert_eq!(
+        partial_snapshots(admin).await,
+        0,
+        "{report}: a snapshot lacks source rows"
+    );
+    let out = exe(&exec_urls[0], "30s")
+        .arg("verify")
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{report}: verify: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 }
