@@ -4,6 +4,7 @@
 //! assertion. It starts its own PostgreSQL (`package_executor_testkit::pg`) and uses the release binary.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+use package_executor_testkit::db::{connect, script, script_at};
 use package_executor_testkit::pg;
 
 use std::path::PathBuf;
@@ -12,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use package_executor::canonical;
 use package_executor::model::Digest;
-use package_executor::store::{ConnectOptions, Dialect, Store};
+use package_executor::store::{Dialect, Store};
 use serde_json::json;
 use sqlx::AssertSqlSafe;
 
@@ -35,32 +36,6 @@ fn binary() -> PathBuf {
         .unwrap();
     assert!(status.success());
     root.join("target/release/package-executor")
-}
-
-async fn connect(url: &str) -> Store {
-    Store::connect(&ConnectOptions {
-        max_connections: 4,
-        ..ConnectOptions::new(url)
-    })
-    .await
-    .unwrap()
-}
-
-async fn exec(store: &Store, sql: String) {
-    let sql = if store.dialect() == Dialect::Sqlite {
-        sql.replace("ql3.", "")
-    } else {
-        sql
-    };
-    match (store.pg_pool(), store.sqlite_pool()) {
-        (Some(p), _) => {
-            sqlx::raw_sql(AssertSqlSafe(sql)).execute(&p).await.unwrap();
-        }
-        (_, Some(p)) => {
-            sqlx::raw_sql(AssertSqlSafe(sql)).execute(p).await.unwrap();
-        }
-        _ => unreachable!(),
-    }
 }
 
 fn hex_literal(d: Dialect, bytes: &[u8]) -> String {
@@ -136,7 +111,7 @@ async fn load(
         } else {
             ""
         };
-        exec(store, format!(
+        script(store, &format!(
             "BEGIN; {deferred}
              INSERT INTO ql3.projects (project_id) VALUES {};
              INSERT INTO ql3.materialized_revisions (revision_digest, content, byte_length) VALUES {} ON CONFLICT DO NOTHING;
@@ -211,33 +186,6 @@ fn run_cli(bin: &PathBuf, url: &str, args: &[&str]) -> (Duration, serde_json::Va
     (elapsed, v)
 }
 
-async fn fresh_pg(name: &str) -> String {
-    let c = pg::cluster();
-    let admin = connect(&c.url("postgres")).await;
-    exec(
-        &admin,
-        format!("CREATE DATABASE {name} TEMPLATE {}", pg::TEMPLATE),
-    )
-    .await;
-    admin.close().await;
-    c.url(name)
-}
-
-async fn fresh_sqlite(dir: &std::path::Path, name: &str) -> String {
-    let url = format!("sqlite://{}", dir.join(name).display());
-    let s = connect(&url).await;
-    s.migrate(false, None).await.unwrap();
-    s.close().await;
-    url
-}
-
-/// Runs `sql` (several statements, no parameters) on a fresh connection to `url`.
-async fn raw(url: &str, sql: String) {
-    let store = connect(url).await;
-    exec(&store, sql).await;
-    store.close().await;
-}
-
 /// Floor/cold-run pairs for the `run` section (`BENCH_PAIRS`, at least 1).
 fn bench_pairs() -> usize {
     std::env::var("BENCH_PAIRS")
@@ -247,33 +195,22 @@ fn bench_pairs() -> usize {
         .max(1)
 }
 
-/// A copy of database `from` named `to` (no session may be connected to `from`).
-async fn copy_db(from: &str, to: &str) -> String {
-    let c = pg::cluster();
-    raw(
-        &c.url("postgres"),
-        format!("CREATE DATABASE {to} TEMPLATE {from}"),
-    )
-    .await;
-    c.url(to)
-}
-
 /// The in-server floor: the script named by `PE_FLOOR_SQL` when set (the yardstick kept
 /// outside the repository), else the built-in loop below; its wall time on `url`.
 async fn floor(url: &str) -> (Duration, String) {
     match std::env::var("PE_FLOOR_SQL") {
         Ok(path) => {
-            let script = std::fs::read_to_string(&path).unwrap();
+            let text = std::fs::read_to_string(&path).unwrap();
             let store = connect(url).await;
             let t = Instant::now();
-            exec(&store, script).await;
+            script(&store, &text).await;
             let took = t.elapsed();
             store.close().await;
             (took, path)
         }
         Err(_) => {
             let store = connect(url).await;
-            exec(&store, FLOOR.to_owned()).await;
+            script(&store, FLOOR).await;
             let pool = &store.pg_pool().unwrap();
             let t = Instant::now();
             sqlx::query("SELECT public.bench_floor()")
@@ -298,9 +235,9 @@ async fn bench_run(bin: &PathBuf, dir: &std::path::Path) {
     let concurrency = std::env::var("BENCH_CONCURRENCY").unwrap_or_else(|_| "4".into());
     for dialect in ["postgres", "sqlite"] {
         let url = if dialect == "postgres" {
-            fresh_pg("bench_run").await
+            pg::clone_db(pg::TEMPLATE, "bench_run").await
         } else {
-            fresh_sqlite(dir, "run.db").await
+            pg::migrated_sqlite(&dir.join("run.db")).await
         };
         let store = connect(&url).await;
         let t = Instant::now();
@@ -312,8 +249,8 @@ async fn bench_run(bin: &PathBuf, dir: &std::path::Path) {
         store.close().await;
         let copies = if dialect == "postgres" {
             Some((
-                copy_db("bench_run", "bench_floor").await,
-                copy_db("bench_run", "bench_analyzed").await,
+                pg::clone_db("bench_run", "bench_floor").await,
+                pg::clone_db("bench_run", "bench_analyzed").await,
             ))
         } else {
             None
@@ -325,17 +262,18 @@ async fn bench_run(bin: &PathBuf, dir: &std::path::Path) {
         if dialect == "postgres" {
             for i in 1..bench_pairs() {
                 pairs.push((
-                    copy_db("bench_run", &format!("bench_floor_{i}")).await,
-                    copy_db("bench_run", &format!("bench_cold_{i}")).await,
+                    pg::clone_db("bench_run", &format!("bench_floor_{i}")).await,
+                    pg::clone_db("bench_run", &format!("bench_cold_{i}")).await,
                 ));
             }
         }
         // `PE_BENCH_BIN2`: another build's cold run on a copy of the same database, measured
         // right after this one (a before/after pair from one load).
         let other = match std::env::var("PE_BENCH_BIN2") {
-            Ok(b) if dialect == "postgres" => {
-                Some((PathBuf::from(b), copy_db("bench_run", "bench_other").await))
-            }
+            Ok(b) if dialect == "postgres" => Some((
+                PathBuf::from(b),
+                pg::clone_db("bench_run", "bench_other").await,
+            )),
             _ => None,
         };
         let (cold, v) = run_cli(bin, &url, &["run", "--json", "--concurrency", &concurrency]);
@@ -410,17 +348,16 @@ async fn bench_run(bin: &PathBuf, dir: &std::path::Path) {
                 ratios.len(),
             );
         }
-        raw(
+        script_at(
             &analyzed_url,
             "ALTER TABLE ql3.tool_definition_snapshots SET (autovacuum_enabled = false);
              ALTER TABLE ql3.tool_definition_snapshot_sources SET (autovacuum_enabled = false);
              ALTER TABLE ql3.tool_definition_snapshot_rejections SET (autovacuum_enabled = false);
-             ALTER TABLE ql3.pending_projects SET (autovacuum_enabled = false);"
-                .into(),
+             ALTER TABLE ql3.pending_projects SET (autovacuum_enabled = false);",
         )
         .await;
         // Alone: VACUUM cannot run inside the implicit transaction of a multi-statement query.
-        raw(&analyzed_url, "VACUUM ANALYZE".into()).await;
+        script_at(&analyzed_url, "VACUUM ANALYZE").await;
         let (after, v) = run_cli(
             bin,
             &analyzed_url,
@@ -481,7 +418,7 @@ async fn change_projects(store: &Store, count: usize, of: usize) -> Vec<String> 
         changed.push(project);
     }
     sql.push_str("COMMIT;");
-    exec(store, sql).await;
+    script(store, &sql).await;
     changed
 }
 
@@ -491,9 +428,9 @@ async fn bench_scale(bin: &PathBuf, dir: &std::path::Path) {
     let sizes = [20_000, 100_000];
     for dialect in ["postgres", "sqlite"] {
         let url = if dialect == "postgres" {
-            fresh_pg("bench_scale").await
+            pg::clone_db(pg::TEMPLATE, "bench_scale").await
         } else {
-            fresh_sqlite(dir, "scale.db").await
+            pg::migrated_sqlite(&dir.join("scale.db")).await
         };
         let mut loaded = 0;
         for total in sizes {
@@ -600,9 +537,9 @@ END $f$;
 async fn bench_storage(dir: &std::path::Path) {
     for dialect in ["postgres", "sqlite"] {
         let url = if dialect == "postgres" {
-            fresh_pg("bench_storage").await
+            pg::clone_db(pg::TEMPLATE, "bench_storage").await
         } else {
-            fresh_sqlite(dir, "storage.db").await
+            pg::migrated_sqlite(&dir.join("storage.db")).await
         };
         let store = connect(&url).await;
         // find_current: one project, 128 packages, 50 historical snapshots.
@@ -623,7 +560,7 @@ async fn bench_storage(dir: &std::path::Path) {
             a.rollback().await.unwrap();
             let h = &heads[0].head;
             let d = Digest::of(format!("gen {generation}").as_bytes());
-            exec(&store, format!(
+            script(&store, &format!(
                 "INSERT INTO ql3.package_generations VALUES ('{}', {generation}, 'staged', '{d}', '{}', '{}', '[]')",
                 h.installation_id, h.lock_digest, h.revision_digest)).await;
             package_executor::sources::activate(&store, &h.installation_id, generation)
@@ -656,16 +593,16 @@ async fn bench_storage(dir: &std::path::Path) {
                 "printf('sha256:%064x', abs(random()))",
             ),
         };
-        exec(
+        script(
             &store,
-            format!("INSERT INTO ql3.projects (project_id) SELECT id FROM ({series}) AS q"),
+            &format!("INSERT INTO ql3.projects (project_id) SELECT id FROM ({series}) AS q"),
         )
         .await;
         let pending_all = time_pending(&store).await;
         if dialect == "postgres" {
             // Whole empty snapshots, as the database checks them (migration 11): the canonical
             // document of a project without packages, with its three digests.
-            exec(&store, format!(
+            script(&store, &format!(
                 "WITH q AS (
                    SELECT id, 'sha256:' || encode(sha256(convert_to('{{\"packages\":[],\"projectId\":\"' || id
                             || '\",\"schema\":\"qinglong/active-vector@v1\"}}', 'UTF8')), 'hex') AS avd,
@@ -679,13 +616,13 @@ async fn bench_storage(dir: &std::path::Path) {
                  INSERT INTO ql3.tool_definition_snapshots (project_id, active_vector_digest, definition_digest, snapshot_digest, package_count, definition_count, canonical_json, source_key)
                  SELECT id, avd, dd, 'sha256:' || encode(sha256(doc), 'hex'), 0, 0, doc, '' FROM d")).await;
         } else {
-            exec(&store, format!(
+            script(&store, &format!(
                 "INSERT INTO ql3.tool_definition_snapshots (project_id, active_vector_digest, definition_digest, snapshot_digest, package_count, definition_count, canonical_json, source_key) \
                  SELECT id, {digest}, {digest}, printf('sha256:%064x', abs(random())), 0, 0, {}, '' FROM ({series}) AS q",
                 hex_literal(store.dialect(), b"{}"))).await;
         }
         if dialect == "postgres" {
-            exec(&store, "ANALYZE".into()).await;
+            script(&store, "ANALYZE").await;
         }
         let pending_none = time_pending(&store).await;
         if std::env::var_os("BENCH_EXPLAIN").is_some() && dialect == "postgres" {
@@ -844,9 +781,9 @@ async fn bench_rss(bin: &PathBuf, dir: &std::path::Path) {
     let variants = rss_variants();
     for dialect in ["postgres", "sqlite"] {
         let url = if dialect == "postgres" {
-            fresh_pg("bench_rss").await
+            pg::clone_db(pg::TEMPLATE, "bench_rss").await
         } else {
-            fresh_sqlite(dir, "rss.db").await
+            pg::migrated_sqlite(&dir.join("rss.db")).await
         };
         let store = connect(&url).await;
         for k in 0..128 {
@@ -858,9 +795,9 @@ async fn bench_rss(bin: &PathBuf, dir: &std::path::Path) {
         }
         for v in 0..variants.len() {
             let project = format!("big{v}");
-            exec(
+            script(
                 &store,
-                format!("INSERT INTO ql3.projects (project_id) VALUES ('{project}')"),
+                &format!("INSERT INTO ql3.projects (project_id) VALUES ('{project}')"),
             )
             .await;
             for k in 0..128 {
@@ -928,7 +865,7 @@ fn write_big_fixture(path: &std::path::Path, n: usize) -> u64 {
 /// of dirty pages behind, and the SQLite import after it took 27.1 s without this step and
 /// 23.2 s with it (one run each).
 async fn settle() {
-    raw(&pg::cluster().url("postgres"), "CHECKPOINT".into()).await;
+    script_at(&pg::cluster().url("postgres"), "CHECKPOINT").await;
     let synced = Command::new("sync").status().is_ok_and(|s| s.success());
     assert!(synced, "sync failed");
 }
@@ -948,9 +885,9 @@ async fn bench_import(bin: &PathBuf, dir: &std::path::Path) {
     );
     for dialect in ["postgres", "sqlite"] {
         let url = if dialect == "postgres" {
-            fresh_pg("bench_import").await
+            pg::clone_db(pg::TEMPLATE, "bench_import").await
         } else {
-            fresh_sqlite(dir, "import.db").await
+            pg::migrated_sqlite(&dir.join("import.db")).await
         };
         for pass in ["first", "again"] {
             settle().await;

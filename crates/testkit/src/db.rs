@@ -33,6 +33,29 @@ pub async fn exec(store: &Store, text: &str) -> Result<u64, String> {
     r.map_err(|e| e.to_string())
 }
 
+/// Runs a script (several statements, no parameters) written with `ql3.` names (stripped for
+/// SQLite).
+pub async fn script(store: &Store, text: &str) {
+    let text = match store.dialect() {
+        Dialect::Postgres => text.to_owned(),
+        Dialect::Sqlite => text.replace("ql3.", ""),
+    };
+    let sql = sqlx::raw_sql(sqlx::AssertSqlSafe(text));
+    match (store.pg_pool(), store.sqlite_pool()) {
+        (Some(p), _) => sql.execute(&p).await.map(drop),
+        (_, Some(p)) => sql.execute(p).await.map(drop),
+        _ => unreachable!(),
+    }
+    .expect("the script runs");
+}
+
+/// [`script`] on a connection of its own to `url`.
+pub async fn script_at(url: &str, text: &str) {
+    let store = connect(url).await;
+    script(&store, text).await;
+    store.close().await;
+}
+
 /// [`exec`] with the database's snapshot checks (migration 11) switched off around it, in one
 /// transaction, as only the schema's owner can: for rows no executor could write, to show that
 /// the executor still fails closed on a database whose checks were bypassed. SQLite has none.

@@ -384,28 +384,32 @@ pub fn cluster() -> &'static PgCluster {
 
 /// A fresh database cloned from the migrated template; returns its URL (superuser).
 pub async fn fresh_db() -> String {
-    let c = cluster();
     let name = format!(
         "t_{}_{}",
         std::process::id(),
         NEXT_DB.fetch_add(1, Ordering::SeqCst)
     );
+    clone_db(TEMPLATE, &name).await
+}
+
+/// Database `to`, a copy of `from` (no session may be connected to `from`); returns its URL
+/// (superuser).
+pub async fn clone_db(from: &str, to: &str) -> String {
+    let c = cluster();
     let admin = c.url("postgres");
-    let create = name.clone();
+    let create = format!("CREATE DATABASE {to} TEMPLATE {from}");
     block_on(async move {
         let store = Store::connect(&ConnectOptions::new(admin))
             .await
             .expect("connect admin");
         let pool = store.pg_pool().expect("pg");
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "CREATE DATABASE {create} TEMPLATE {TEMPLATE}"
-        )))
-        .execute(&pool)
-        .await
-        .expect("clone template");
+        sqlx::query(sqlx::AssertSqlSafe(create))
+            .execute(&pool)
+            .await
+            .expect("clone a database");
         store.close().await;
     });
-    c.url(&name)
+    c.url(to)
 }
 
 /// Swaps the user of a database URL.
@@ -416,11 +420,17 @@ pub fn as_login(url: &str, login: &str) -> String {
 /// A fresh, migrated SQLite file; returns its URL and keeps the directory alive.
 pub async fn fresh_sqlite() -> (String, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let url = format!("sqlite://{}", dir.path().join("t.db").display());
+    let url = migrated_sqlite(&dir.path().join("t.db")).await;
+    (url, dir)
+}
+
+/// A migrated SQLite file at `path`; returns its URL.
+pub async fn migrated_sqlite(path: &Path) -> String {
+    let url = format!("sqlite://{}", path.display());
     let store = Store::connect(&ConnectOptions::new(url.clone()))
         .await
         .expect("connect sqlite");
     store.migrate(false, None).await.expect("migrate sqlite");
     store.close().await;
-    (url, dir)
+    url
 }
