@@ -212,17 +212,12 @@ impl Actors {
 /// failure.
 pub async fn assert_converges(exec_urls: &[String], admin: &Store, report: &str) {
     for url in exec_urls {
-        let out = exe(url, "30s")
-            .args(["run", "--json"])
-            .output()
-            .await
-            .unwrap();
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{report}: the final run did not converge: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        exits_zero(
+            url,
+            &["run", "--json"],
+            &format!("{report}: the final run did not converge"),
+        )
+        .await;
     }
     let pending = admin.pending_page("", 1000).await.unwrap();
     assert!(pending.is_empty(), "{report}: still pending: {pending:?}");
@@ -231,15 +226,18 @@ pub async fn assert_converges(exec_urls: &[String], admin: &Store, report: &str)
         0,
         "{report}: a snapshot lacks source rows"
     );
-    let out = exe(&exec_urls[0], "30s")
-        .arg("verify")
-        .output()
-        .await
-        .unwrap();
+    exits_zero(&exec_urls[0], &["verify"], &format!("{report}: verify")).await;
+}
+
+/// Runs the executor with `args` against `url`; it must exit 0 (else `failure`, and what it
+/// printed).
+async fn exits_zero(url: &str, args: &[&str], failure: &str) {
+    let out = exe(url, "30s").args(args).output().await.unwrap();
     assert_eq!(
         out.status.code(),
         Some(0),
-        "{report}: verify: {}",
-        String::from_utf8_lossy(&out.stdout)
+        "{failure}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
     );
 }
