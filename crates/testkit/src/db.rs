@@ -13,12 +13,17 @@ pub async fn connect(url: &str) -> Store {
         .expect("connect")
 }
 
-/// Runs one statement written with `ql3.` names (stripped for SQLite); returns the error text.
-pub async fn exec(store: &Store, text: &str) -> Result<u64, String> {
-    let text = match store.dialect() {
+/// SQL written with `ql3.` names, for the store's dialect (SQLite has no schema).
+fn in_dialect(store: &Store, text: &str) -> String {
+    match store.dialect() {
         Dialect::Postgres => text.to_owned(),
         Dialect::Sqlite => text.replace("ql3.", ""),
-    };
+    }
+}
+
+/// Runs one statement written with `ql3.` names (stripped for SQLite); returns the error text.
+pub async fn exec(store: &Store, text: &str) -> Result<u64, String> {
+    let text = in_dialect(store, text);
     let r = match (store.pg_pool(), store.sqlite_pool()) {
         (Some(p), _) => sqlx::query(sqlx::AssertSqlSafe(text))
             .execute(&p)
@@ -36,11 +41,7 @@ pub async fn exec(store: &Store, text: &str) -> Result<u64, String> {
 /// Runs a script (several statements, no parameters) written with `ql3.` names (stripped for
 /// SQLite).
 pub async fn script(store: &Store, text: &str) {
-    let text = match store.dialect() {
-        Dialect::Postgres => text.to_owned(),
-        Dialect::Sqlite => text.replace("ql3.", ""),
-    };
-    let sql = sqlx::raw_sql(sqlx::AssertSqlSafe(text));
+    let sql = sqlx::raw_sql(sqlx::AssertSqlSafe(in_dialect(store, text)));
     match (store.pg_pool(), store.sqlite_pool()) {
         (Some(p), _) => sql.execute(&p).await.map(drop),
         (_, Some(p)) => sql.execute(p).await.map(drop),
@@ -91,10 +92,7 @@ pub async fn exec_unchecked(store: &Store, text: &str) -> Result<u64, String> {
 /// One scalar (as i64) from a statement written with `ql3.` names.
 pub async fn scalar(store: &Store, text: &str) -> i64 {
     use sqlx::Row;
-    let text = match store.dialect() {
-        Dialect::Postgres => text.to_owned(),
-        Dialect::Sqlite => text.replace("ql3.", ""),
-    };
+    let text = in_dialect(store, text);
     match (store.pg_pool(), store.sqlite_pool()) {
         (Some(p), _) => sqlx::query(sqlx::AssertSqlSafe(text))
             .fetch_one(&p)
