@@ -139,11 +139,13 @@ PY
 
 # The modules of the `it` binary whose tests start PostgreSQL (the `pg` tier); `fast` runs the
 # rest. A new module that starts a server belongs here.
-PG_MODULES=(store:: core::hostile chart::prometheus commands::run commands::secrets)
+PG_MODULES=(store:: core::hostile chart::prometheus commands::run commands::secrets
+  commands::signals::on_postgres commands::newer_schema::on_postgres)
 # What runs again on PostgreSQL 18. The wheel is built without OpenSSL, so of the TLS tests only
 # the one about a server without TLS applies there; Prometheus is the same on either.
 PG18_FILTERS=(store::contract store::plans store::roles store::trust store::ha commands::run
-  commands::secrets core::hostile store::tls::a_server_without_tls)
+  commands::secrets commands::signals::on_postgres commands::newer_schema::on_postgres core::hostile
+  store::tls::a_server_without_tls)
 
 # The system's server (Debian bookworm's is 15), the newest one installed.
 system_bindir() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1; }

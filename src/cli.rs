@@ -48,6 +48,12 @@ pub struct Cli {
     /// How long to keep trying to reach the database before giving up (exit 8).
     #[arg(long, global = true, default_value = defaults::CONNECT_TIMEOUT.text, value_parser = parse_duration, env = "PACKAGE_EXECUTOR_CONNECT_TIMEOUT")]
     pub connect_timeout: Duration,
+    /// How long the projects in flight get to finish after SIGTERM, SIGINT or --deadline
+    /// before they are abandoned (left pending, their transactions rolled back) and the run
+    /// prints its summary; keep it below the pod's termination grace period. A second signal
+    /// ends the run at once.
+    #[arg(long, global = true, default_value = defaults::SHUTDOWN_GRACE.text, value_parser = parse_duration, env = "PACKAGE_EXECUTOR_SHUTDOWN_GRACE")]
+    pub shutdown_grace: Duration,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,

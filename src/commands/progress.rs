@@ -44,7 +44,8 @@ impl Observer for Progress {
             o,
             Outcome::Rejected { .. } | Outcome::Unresolved { .. } | Outcome::Integrity { .. }
         ) {
-            self.bar.suspend(|| LogObserver.outcome(project_id, o));
+            // A log line: the log writer clears the bar for it (terminal.rs).
+            LogObserver.outcome(project_id, o);
         }
     }
 }

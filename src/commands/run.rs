@@ -38,7 +38,15 @@ async fn run_coordinator(
     store: crate::store::Store,
 ) -> RunReport {
     let stop = Stop::default();
-    stop.arm(settings.deadline);
+    stop.arm(settings.deadline, cli.shutdown_grace);
+    let abandoned = stop.clone();
+    tracing::info!(
+        shard_index = settings.shard.index,
+        shard_count = settings.shard.count,
+        concurrency = settings.concurrency,
+        full_scan = settings.full_scan,
+        "run started"
+    );
     let report = if progress_wanted(cli) {
         let bar = ProgressBar::new_spinner();
         bar.set_style(
@@ -66,7 +74,11 @@ async fn run_coordinator(
         ticker.abort();
         report
     };
-    store.close().await;
+    // An abandoned run leaves its connections to the exit (their transactions roll back when
+    // they close): a close waits for answers from a database that may have stopped answering.
+    if !abandoned.is_abandoned() {
+        store.close().await;
+    }
     report
 }
 
@@ -249,12 +261,15 @@ pub async fn publish(
         ..RunSettings::default()
     };
     let stop = Stop::default();
-    stop.arm(None);
+    stop.arm(None, cli.shutdown_grace);
     let observer = LogObserver;
-    let outcome = Coordinator::new(store.clone(), settings, stop, &observer)
+    let outcome = Coordinator::new(store.clone(), settings, stop.clone(), &observer)
         .publish(project)
         .await?;
-    store.close().await;
+    // As in a run: an abandoned attempt's connection is left to the exit.
+    if !stop.is_abandoned() {
+        store.close().await;
+    }
     if json {
         outln!(
             "{}",

@@ -28,6 +28,7 @@ pub enum Step {
 /// [`Session::answer_timeout`].
 pub async fn attempt(session: &mut Session, budget: &MemoryBudget, project_id: &str) -> Step {
     let limit = session.answer_timeout();
+    tracing::debug!(project_id, "attempt started");
     session
         .transaction(async |a| attempt_in(a, budget, project_id, limit).await)
         .await

@@ -62,16 +62,33 @@ impl Crew {
     }
 
     /// Builds one project with bounded attempts on a worker's session; `None` when stopped
-    /// before starting.
+    /// before starting, and pending when the run is abandoned before it is decided.
     pub async fn process(&self, session: &mut Session, project_id: &str) -> Option<Outcome> {
         if self.stop.is_set() {
             return None;
         }
+        tokio::select! {
+            biased;
+            o = self.attempts(session, project_id) => Some(o),
+            // Dropping the attempt drops its transaction, which rolls back: nothing of it is
+            // written.
+            () = self.stop.abandoned() => Some(abandoned()),
+        }
+    }
+
+    /// [`Crew::process`]'s attempts, with their backoff.
+    async fn attempts(&self, session: &mut Session, project_id: &str) -> Outcome {
         let mut delays = self.backoff();
         loop {
             match attempt(session, &self.budget, project_id).await {
-                Step::Done(o) => return Some(o),
+                Step::Done(o) => return o,
                 Step::Retry(reason, detail) => {
+                    if reason == Unresolved::Database && self.schema_moved_past_this_build().await {
+                        return Outcome::Unresolved {
+                            reason,
+                            detail: crate::quote::bound_detail(detail),
+                        };
+                    }
                     let slept = match delays.next() {
                         Some(d) => self.stop.sleep(d).await,
                         None => false,
@@ -82,7 +99,7 @@ impl Crew {
                         }
                         // A database's message may quote row values: bounded like any detail.
                         let detail = crate::quote::bound_detail(detail);
-                        return Some(Outcome::Unresolved { reason, detail });
+                        return Outcome::Unresolved { reason, detail };
                     }
                 }
             }
@@ -139,6 +156,23 @@ impl Crew {
         }
     }
 
+    /// After an attempt failed on the database: whether a newer release migrated the schema
+    /// while this run was going (its writes may then fail for ever). If so the run stops
+    /// taking work and ends with exit 8, as it would have at its start, instead of retrying
+    /// every project against a schema it does not know. One read, and only after a failure.
+    async fn schema_moved_past_this_build(&self) -> bool {
+        match self.store.check_migrated().await {
+            Err(e @ crate::store::StoreError::NewerSchema { .. }) => {
+                if !self.database_down.swap(true, Ordering::SeqCst) {
+                    tracing::error!(error = %e, "stopping the run");
+                }
+                self.stop.trigger();
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Whether any worker found the database down.
     pub fn database_down(&self) -> bool {
         self.database_down.load(Ordering::SeqCst)
@@ -168,5 +202,16 @@ impl Crew {
                 return;
             }
         }
+    }
+}
+
+/// The outcome of a project whose attempt was given up at the end of the grace period.
+fn abandoned() -> Outcome {
+    Outcome::Unresolved {
+        reason: Unresolved::Database,
+        detail: "the run was stopped and this project's attempt did not finish within the \
+                 grace period (--shutdown-grace): it was abandoned, its transaction rolled \
+                 back, and it stays pending for the next run"
+            .to_owned(),
     }
 }

@@ -97,7 +97,11 @@ fn spawn(
                     None => crew,
                 };
                 futures::future::join_all((0..workers).map(|_| crew.work(&queue, &outcomes))).await;
-                if let Some(store) = own {
+                // An abandoned run leaves its connections to the exit: a close waits for
+                // answers from a database that may be what stopped answering.
+                if let Some(store) = own
+                    && !crew.stop.is_abandoned()
+                {
                     store.close().await;
                 }
             });

@@ -341,6 +341,14 @@ impl<'a> Coordinator<'a> {
                 outcomes.insert(p, o);
             }
         };
+        // The pages give up with the work in flight: a page read that hangs must not keep a
+        // stopped run from ending.
+        let pages = async {
+            tokio::select! {
+                paged = pages => paged,
+                () = self.crew.stop.abandoned() => Ok((false, 0, 0)),
+            }
+        };
         let (paged, (), ()) = futures::future::join3(pages, work, collect).await;
         let (finished, attempted, pages) = paged?;
         if count_pages {
@@ -408,7 +416,8 @@ impl<'a> Coordinator<'a> {
             }
         }
         database_down |= self.database_down();
-        if !database_down {
+        // An abandoned run asks the database nothing more: it may be what stopped answering.
+        if !database_down && !self.crew.stop.is_abandoned() {
             self.settle_claims(&mut outcomes).await;
         }
         summary.projects_scanned = outcomes.len() as u64;

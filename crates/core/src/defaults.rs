@@ -54,3 +54,9 @@ pub const CONNECT_TIMEOUT: Spelled<Duration> = Spelled {
     value: Duration::from_secs(30),
     text: "30s",
 };
+/// How long the projects in flight get to finish after SIGTERM, SIGINT or `--deadline` before
+/// they are abandoned (`--shutdown-grace`); below the chart's pod termination grace period (30 s).
+pub const SHUTDOWN_GRACE: Spelled<Duration> = Spelled {
+    value: Duration::from_secs(20),
+    text: "20s",
+};

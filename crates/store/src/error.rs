@@ -15,6 +15,20 @@ pub enum StoreError {
     /// The schema is missing or old (exit 8).
     #[error("the database is not migrated: {0}; run `package-executor migrate` first")]
     NotMigrated(String),
+    /// The schema was migrated by a newer release than this build (exit 8): a build older
+    /// than the schema writes nothing, since the newer schema may refuse or misread what it
+    /// writes.
+    #[error(
+        "the database's schema is version {found}, newer than this build's {known}: it was \
+         migrated by a newer release of package-executor; run the image of the release that \
+         migrated it (when upgrading, let the Jobs of the older release finish before `migrate`)"
+    )]
+    NewerSchema {
+        /// The schema's version.
+        found: i64,
+        /// The newest version this build knows.
+        known: i64,
+    },
     /// Worth retrying: serialization failure, deadlock, a lost connection, a busy SQLite file.
     #[error("transient database error: {0}")]
     Transient(String),
@@ -119,6 +133,7 @@ impl StoreError {
             self,
             StoreError::Unavailable(_)
                 | StoreError::NotMigrated(_)
+                | StoreError::NewerSchema { .. }
                 | StoreError::NoAnswer(_)
                 | StoreError::CommitUnacknowledged(_)
         )

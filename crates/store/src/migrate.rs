@@ -65,8 +65,16 @@ pub const ROLES: [&str; 6] = [
     "ql3_api",
 ];
 
-/// Class of the advisory lock that serialises concurrent `migrate` runs.
+/// Class of the advisory lock that serialises concurrent `migrate` runs on a database that has
+/// no bookkeeping table yet (any login can take an advisory lock, so once the table exists the
+/// lock is the table's own: see [`MIGRATE_TABLE_LOCK`]).
 const MIGRATE_LOCK: (i32, i32) = (0x716C33, -1);
+
+/// The lock that serialises `migrate` runs once the schema exists: the bookkeeping table in a
+/// self-conflicting mode that only its owner (`ql3_owner`'s members) and superusers can take,
+/// since taking it needs UPDATE, DELETE or TRUNCATE on the table, and every other role has no
+/// privilege on it at all. No runtime login can hold it, nor any lock that conflicts with it.
+const MIGRATE_TABLE_LOCK: &str = "LOCK TABLE ql3.schema_migrations IN SHARE ROW EXCLUSIVE MODE";
 
 /// What `migrate` did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -109,11 +117,20 @@ impl Store {
                 .await?;
             let watcher = HolderWatch::start(&pool, pid);
             let result: Result<(), StoreError> = async {
-            sqlx::query("SELECT pg_advisory_xact_lock($1, $2)")
-                .bind(MIGRATE_LOCK.0)
-                .bind(MIGRATE_LOCK.1)
-                .execute(&mut *tx)
-                .await?;
+            let has_table: bool = sqlx::query_scalar(
+                "SELECT pg_catalog.to_regclass('ql3.schema_migrations') IS NOT NULL",
+            )
+            .fetch_one(&mut *tx)
+            .await?;
+            if has_table {
+                sqlx::query(MIGRATE_TABLE_LOCK).execute(&mut *tx).await?;
+            } else {
+                sqlx::query("SELECT pg_advisory_xact_lock($1, $2)")
+                    .bind(MIGRATE_LOCK.0)
+                    .bind(MIGRATE_LOCK.1)
+                    .execute(&mut *tx)
+                    .await?;
+            }
             let rows =
                 sqlx::query("SELECT rolname FROM pg_catalog.pg_roles WHERE rolname = ANY($1)")
                     .bind(ROLES.map(str::to_owned).to_vec())
@@ -160,6 +177,7 @@ impl Store {
                 .fetch_all(&mut *tx)
                 .await?;
             let applied = versions(&applied)?;
+            refuse_newer(&applied, self.migrations())?;
             let mut top = applied.iter().map(|(v, _)| *v).max().unwrap_or(0);
             for m in wanted {
                 if check_applied(m, &applied)? {
@@ -206,6 +224,7 @@ impl Store {
                     .fetch_all(&mut *conn)
                     .await?;
                 let applied = versions(&applied)?;
+                refuse_newer(&applied, self.migrations())?;
                 for m in wanted {
                     if check_applied(m, &applied)? {
                         continue;
@@ -261,6 +280,12 @@ impl Store {
             _ => 0,
         };
         let latest = self.migrations().last().map_or(0, |m| m.version);
+        if v > latest {
+            return Err(StoreError::NewerSchema {
+                found: v,
+                known: latest,
+            });
+        }
         if v < latest {
             return Err(StoreError::NotMigrated(format!(
                 "schema version {v}, this build needs {latest}"
@@ -268,6 +293,16 @@ impl Store {
         }
         Ok(())
     }
+}
+
+/// A database migrated past this build's newest migration is a newer release's: refused.
+fn refuse_newer(applied: &[(i64, String)], known: &[Migration]) -> Result<(), StoreError> {
+    let found = applied.iter().map(|(v, _)| *v).max().unwrap_or(0);
+    let known = known.last().map_or(0, |m| m.version);
+    if found > known {
+        return Err(StoreError::NewerSchema { found, known });
+    }
+    Ok(())
 }
 
 fn versions<R: Row>(rows: &[R]) -> Result<Vec<(i64, String)>, StoreError>
@@ -308,9 +343,8 @@ fn migration_error(m: &Migration, e: sqlx::Error) -> StoreError {
 }
 
 /// Watches, from a connection of its own, which sessions block the migration's transaction
-/// (`pg_blocking_pids`): a migration waits on locks (the migration lock, which any login can
-/// take, or a table a long transaction holds), and when the wait ends in a timeout the error
-/// names who held it.
+/// (`pg_blocking_pids`): a migration waits on locks (another `migrate`'s, or a table a long
+/// transaction holds), and when the wait ends in a timeout the error names who held it.
 struct HolderWatch {
     task: tokio::task::JoinHandle<()>,
     seen: std::sync::Arc<std::sync::Mutex<Option<String>>>,

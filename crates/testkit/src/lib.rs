@@ -22,6 +22,7 @@ pub mod inputs;
 pub mod k8s_rules;
 pub mod patroni;
 pub mod pg;
+pub mod pty;
 
 use std::path::PathBuf;
 

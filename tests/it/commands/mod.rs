@@ -2,7 +2,10 @@
 
 mod cli;
 mod metrics;
+mod newer_schema;
 mod run;
 mod secrets;
+mod signals;
+mod terminal;
 mod trigger;
 mod verify;

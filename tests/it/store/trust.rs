@@ -159,19 +159,15 @@ async fn a_run_never_counts_an_unverified_claim_as_success() {
     .expect("timed out");
 }
 
-/// A migration that waits on another login's lock names the holder (pid, role, application).
+/// `migrate`'s lock is one only the schema's owner can take: a runtime login that holds the
+/// advisory lock earlier versions serialised migrations with delays nothing, and cannot take
+/// the bookkeeping table's lock either. A migration that waits on a lock (here another owner
+/// session's) names the holder (pid, role, application).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_blocked_migration_names_who_holds_the_lock() {
+async fn only_the_owner_can_hold_up_a_migration_and_a_blocked_one_names_the_holder() {
     tokio::time::timeout(LIMIT, async {
         let url = pg::fresh_db().await;
-        let mut worker = PgConnection::connect(&format!(
-            "{}?application_name=trust-probe",
-            pg::as_login(&url, "login_worker")
-        ))
-        .await
-        .unwrap();
-        let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
-            .fetch_one(&mut worker)
+        let mut worker = PgConnection::connect(&pg::as_login(&url, "login_worker"))
             .await
             .unwrap();
         sqlx::query("SELECT pg_advisory_lock(7433267, -1)")
@@ -184,10 +180,34 @@ async fn a_blocked_migration_names_who_holds_the_lock() {
         })
         .await
         .unwrap();
+        store
+            .migrate(false, None)
+            .await
+            .expect("a runtime login's advisory lock held up the migration");
+        let refused =
+            sqlx::raw_sql("BEGIN; LOCK TABLE ql3.schema_migrations IN SHARE ROW EXCLUSIVE MODE")
+                .execute(&mut worker)
+                .await
+                .unwrap_err()
+                .to_string();
+        assert!(refused.contains("permission denied"), "{refused}");
+        worker.close().await.unwrap();
+
+        let mut owner = PgConnection::connect(&format!("{url}?application_name=trust-probe"))
+            .await
+            .unwrap();
+        let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+            .fetch_one(&mut owner)
+            .await
+            .unwrap();
+        sqlx::raw_sql("BEGIN; LOCK TABLE ql3.schema_migrations IN SHARE ROW EXCLUSIVE MODE")
+            .execute(&mut owner)
+            .await
+            .unwrap();
         let e = store.migrate(false, None).await.unwrap_err().to_string();
         for part in [
             format!("pid {pid}"),
-            "role login_worker".into(),
+            "role postgres".into(),
             "application 'trust-probe'".into(),
             "pg_terminate_backend".into(),
         ] {
