@@ -25,7 +25,7 @@ use anyhow::Context as _;
 use crate::cli::{Cli, Command, DEFAULT_DATABASE_URL, SourcesCommand};
 use crate::exit::Exit;
 use crate::sources;
-use crate::store::{ConnectOptions, Store, StoreError, redact};
+use crate::store::{ConnectOptions, Store, StoreError, describe};
 
 /// Standard output could not be written.
 #[derive(Debug, thiserror::Error)]
@@ -147,7 +147,7 @@ pub async fn connect(cli: &Cli, max_connections: u32) -> anyhow::Result<Store> {
     };
     let store = Store::connect(&opts)
         .await
-        .with_context(|| format!("connecting to {}", redact(&url)))?;
+        .with_context(|| format!("connecting to {}", describe(&url)))?;
     Ok(store)
 }
 

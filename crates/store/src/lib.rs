@@ -11,6 +11,7 @@ mod primary;
 mod queries;
 mod redact;
 mod rows;
+mod secrets;
 pub mod sql;
 mod steps;
 mod tls;
@@ -28,6 +29,7 @@ pub use error::StoreError;
 use primary::PgTarget;
 pub use primary::{Hosts, SessionAttrs, split_hosts};
 pub use redact::{redact, redact_text};
+pub use secrets::{describe, remember as remember_secrets};
 pub use steps::{Appending, ClaimStanding, Opening, Replay};
 /// The PostgreSQL pending-project query text (for benchmarks and EXPLAIN).
 pub const PENDING_PAGE_SQL: &str = sql::PENDING_PAGE_PG;
@@ -321,6 +323,8 @@ const SLOW_STATEMENT_LEVEL: log::LevelFilter = log::LevelFilter::Debug;
 impl Store {
     /// Connects (SQLite: creating the file if missing).
     pub async fn connect(opts: &ConnectOptions) -> Result<Self, StoreError> {
+        // Before anything can fail and quote it.
+        secrets::remember(&opts.url);
         let pool = match Dialect::of_url(&opts.url) {
             Some(Dialect::Postgres) => {
                 let settings = [
@@ -384,10 +388,11 @@ impl Store {
                 Pool::Lite(pool)
             }
             None => {
-                return Err(StoreError::Config(format!(
-                    "unsupported database URL {:?}: use postgres://… or sqlite://…",
-                    redact(&opts.url)
-                )));
+                return Err(StoreError::Config(
+                    "unsupported database URL: use postgres://… or sqlite://… (a libpq keyword \
+                     string such as `host=… dbname=…` is not read; write it as a URL)"
+                        .to_owned(),
+                ));
             }
         };
         let answer_timeout = match pool {

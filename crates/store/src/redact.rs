@@ -14,6 +14,10 @@
 //!   unrecognized connect parameter key=PassWord value=…`, as text or JSON): whatever its
 //!   name, a parameter nobody reads may still be someone's secret.
 //!
+//! Before those guesses, every password the process was given, as parsed (`secrets.rs`), is
+//! masked wherever it stands: a guess at URL shapes in text always has another form (a password
+//! with a space is not in one token).
+//!
 //! It errs on the side of hiding: an `@` later in the token (in a query value) hides the host
 //! and path as well, and a value runs to white space, `&`, `#` or a JSON string's end.
 //!
@@ -32,6 +36,7 @@ pub fn redact(url: &str) -> String {
 /// `text` with every secret it holds, in any of the forms above, replaced by `***`.
 pub fn redact_text(text: &str) -> String {
     let mut secrets = Vec::new();
+    known_values(text, &mut secrets);
     user_parts(text, &mut secrets);
     parameters(text, &mut secrets);
     unrecognized_values(text, &mut secrets);
@@ -39,6 +44,16 @@ pub fn redact_text(text: &str) -> String {
         return text.to_owned();
     }
     mask(text, secrets)
+}
+
+/// Every occurrence of a password this process was given (`secrets.rs`), in each spelling.
+fn known_values(text: &str, out: &mut Vec<std::ops::Range<usize>>) {
+    for secret in crate::secrets::known() {
+        out.extend(
+            text.match_indices(secret.as_str())
+                .map(|(at, s)| at..at + s.len()),
+        );
+    }
 }
 
 /// The passwords of the user parts of every token holding an `@`.
@@ -155,22 +170,43 @@ fn parameters(text: &str, out: &mut Vec<std::ops::Range<usize>>) {
 /// sqlx's warning about a parameter it does not know carries the parameter's value.
 const UNRECOGNIZED: &str = "ignoring unrecognized connect parameter";
 
-/// The value field of sqlx's unrecognized-parameter warning: a JSON line's `"value":"…"`
-/// string, or a text line's `value=…` to the line's end (the field is the event's last, and
-/// the value is written unquoted, spaces included).
+/// The key and value fields of sqlx's unrecognized-parameter warning: a JSON line's
+/// `"key":"…"` and `"value":"…"` strings, or a text line's `key=…` up to ` value=` and
+/// `value=…` to the line's end (the value is the event's last field, written unquoted, spaces
+/// included). The key too: a password given raw in a query is cut at its `&`, and what follows
+/// it reaches sqlx as the name of a parameter.
 fn unrecognized_values(text: &str, out: &mut Vec<std::ops::Range<usize>>) {
     if !text.contains(UNRECOGNIZED) {
         return;
     }
     let bytes = text.as_bytes();
-    if let Some(at) = text.find("\"value\":\"") {
-        let start = at + "\"value\":\"".len();
-        let mut j = start;
-        while j < bytes.len() && bytes[j] != b'"' {
-            j += if bytes[j] == b'\\' { 2 } else { 1 };
+    let json_string = |field: &str, out: &mut Vec<std::ops::Range<usize>>| {
+        let open = format!("\"{field}\":\"");
+        if let Some(at) = text.find(&open) {
+            let start = at + open.len();
+            let mut j = start;
+            while j < bytes.len() && bytes[j] != b'"' {
+                j += if bytes[j] == b'\\' { 2 } else { 1 };
+            }
+            out.push(start..j.min(bytes.len()));
+            true
+        } else {
+            false
         }
-        out.push(start..j.min(bytes.len()));
-    } else if let Some(at) = text.find(" value=") {
+    };
+    let key = json_string("key", out);
+    if json_string("value", out) || key {
+        return;
+    }
+    let value_at = text.find(" value=");
+    if let Some(at) = text.find(" key=") {
+        let start = at + " key=".len();
+        let end = value_at
+            .filter(|v| *v >= start)
+            .unwrap_or_else(|| text[start..].find('\n').map_or(text.len(), |n| start + n));
+        out.push(start..end);
+    }
+    if let Some(at) = value_at {
         let start = at + " value=".len();
         let end = text[start..].find('\n').map_or(text.len(), |n| start + n);
         out.push(start..end);

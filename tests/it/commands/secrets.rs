@@ -205,6 +205,217 @@ fn url(form: Form, failure: Failure, port: u16, db: &str) -> String {
     }
 }
 
+/// A server of its own (the shared one's other tests log in without passwords), migrated, with
+/// the demo imported and password logins for everyone but the superuser the harness uses;
+/// returns it, its admin store, its database's name and its port.
+async fn password_server(
+    base: &std::path::Path,
+) -> (pg::PgCluster, package_executor::store::Store, String, u16) {
+    let cluster = pg::PgCluster::start_in(base.join("pg"), "");
+    let hba = cluster.data_dir().join("pg_hba.conf");
+    std::fs::write(
+        &hba,
+        "local all all trust\nhost all postgres 127.0.0.1/32 trust\n\
+         host all all 127.0.0.1/32 scram-sha-256\n",
+    )
+    .unwrap();
+    let data = cluster.data_dir();
+    cluster.run("pg_ctl", &["-D", data.to_str().unwrap(), "reload"]);
+    let admin_url = cluster.url("postgres");
+    let admin = db::connect(&admin_url).await;
+    admin.migrate(true, None).await.unwrap();
+    db::import(&admin, db::DEMO).await;
+    let db_name = admin_url.rsplit('/').next().unwrap().to_owned();
+    let port: u16 = admin_url
+        .split(':')
+        .nth(2)
+        .and_then(|p| p.split('/').next())
+        .unwrap()
+        .parse()
+        .unwrap();
+    (cluster, admin, db_name, port)
+}
+
+/// What separates the two halves of each odd password: white space, quotes, escapes, URL
+/// delimiters, non-ASCII. Each half is unique, so a leak of either, whole or cut, is seen.
+const SEPARATORS: [&str; 13] = [
+    " ", "\t", "\n", "\"", "'", "\\", "#", "&", "?", "/", "@", "é", "%",
+];
+const LEFT: &str = "Kq7m";
+const RIGHT: &str = "Zp4w";
+
+/// Where an odd password is given.
+#[derive(Clone, Copy, Debug)]
+enum Given {
+    /// `postgres://user:PW@…` as typed.
+    RawUserPart,
+    /// `postgres://user:%XX…@…`.
+    EncodedUserPart,
+    /// `?password=PW` as typed.
+    RawParam,
+    /// `?password=%XX…`.
+    EncodedParam,
+    /// `PGPASSWORD`.
+    Env,
+    /// A password file (`PGPASSFILE`).
+    Passfile,
+}
+
+fn encode_all(s: &str) -> String {
+    s.bytes().map(|b| format!("%{b:02X}")).collect()
+}
+
+/// Passwords with a space, a tab, a newline, quotes, a backslash, `#`, `&`, `?`, `/`, `@`,
+/// non-ASCII or `%` in them, given in every way a connection takes one, reach no output of any
+/// command, in text or JSON logs, at the default level or at debug, whether the server is
+/// reached (and the login works, or the role lacks a grant) or not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_password_with_any_separator_reaches_no_output() {
+    let base = tempfile::tempdir().unwrap();
+    let (_cluster, admin, db_name, port) = password_server(base.path()).await;
+    for (i, sep) in SEPARATORS.iter().enumerate() {
+        let password = format!("{LEFT}{sep}{RIGHT}").replace('\'', "''");
+        db::exec(
+            &admin,
+            &format!("CREATE ROLE odd_{i} LOGIN PASSWORD '{password}'"),
+        )
+        .await
+        .unwrap();
+        db::exec(&admin, &format!("GRANT ql3_package_executor TO odd_{i}"))
+            .await
+            .unwrap();
+    }
+    let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/demo-fixture.json");
+    let commands: [&[&str]; 7] = [
+        &["migrate"],
+        &["run"],
+        &["publish", "demo-1"],
+        &["current", "demo-1"],
+        &["explain", "demo-1"],
+        &["verify"],
+        &["sources", "import", fixture],
+    ];
+    let givens = [
+        Given::RawUserPart,
+        Given::EncodedUserPart,
+        Given::RawParam,
+        Given::EncodedParam,
+        Given::Env,
+        Given::Passfile,
+    ];
+    // (format, filter) in turn.
+    let logs = [
+        ("text", None),
+        ("json", None),
+        ("text", Some("debug")),
+        ("json", Some("debug")),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let limit = Arc::new(tokio::sync::Semaphore::new(6));
+    let mut runs = tokio::task::JoinSet::new();
+    let mut n = 0;
+    for (i, sep) in SEPARATORS.iter().enumerate() {
+        let password = format!("{LEFT}{sep}{RIGHT}");
+        for given in givens {
+            // A password file holds no line break.
+            if matches!(given, Given::Passfile) && *sep == "\n" {
+                continue;
+            }
+            for args in commands {
+                n += 1;
+                // Every other command meets a closed port; the rest reach the server.
+                let host = if n % 2 == 0 {
+                    "127.0.0.1:1".to_owned()
+                } else {
+                    format!("127.0.0.1:{port}")
+                };
+                let base = format!("postgres://odd_{i}");
+                let tail = format!("@{host}/{db_name}?sslmode=disable");
+                let url = match given {
+                    Given::RawUserPart => format!("{base}:{password}{tail}"),
+                    Given::EncodedUserPart => format!("{base}:{}{tail}", encode_all(&password)),
+                    Given::RawParam => format!("{base}{tail}&password={password}"),
+                    Given::EncodedParam => {
+                        format!("{base}{tail}&password={}", encode_all(&password))
+                    }
+                    Given::Env | Given::Passfile => format!("{base}{tail}"),
+                };
+                let mut cmd = db::exe(&url, "1s");
+                cmd.args(args)
+                    .env_remove("PGPASSWORD")
+                    .env_remove("PGPASSFILE");
+                match given {
+                    Given::Env => {
+                        cmd.env("PGPASSWORD", &password);
+                    }
+                    Given::Passfile => {
+                        let file = dir.path().join(format!("pgpass-{n}"));
+                        let escaped = password.replace('\\', "\\\\").replace(':', "\\:");
+                        std::fs::write(&file, format!("*:*:*:odd_{i}:{escaped}\n")).unwrap();
+                        use std::os::unix::fs::PermissionsExt as _;
+                        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600))
+                            .unwrap();
+                        cmd.env("PGPASSFILE", &file);
+                    }
+                    _ => {}
+                }
+                let (format, filter) = logs[n % logs.len()];
+                cmd.env("PACKAGE_EXECUTOR_LOG_FORMAT", format);
+                match filter {
+                    Some(f) => cmd.env("PACKAGE_EXECUTOR_LOG", f),
+                    None => cmd.env_remove("PACKAGE_EXECUTOR_LOG"),
+                };
+                let summary = dir.path().join(format!("summary-{n}.json"));
+                if args[0] == "run" {
+                    cmd.arg("--summary-file").arg(&summary);
+                }
+                let what = format!("{sep:?} {given:?} {args:?} {format} {filter:?} {host}");
+                let limit = Arc::clone(&limit);
+                runs.spawn(async move {
+                    let _permit = limit.acquire_owned().await.unwrap();
+                    let out = tokio::time::timeout(Duration::from_secs(120), cmd.output())
+                        .await
+                        .unwrap_or_else(|_| panic!("{what}: no end within 120 s"))
+                        .unwrap();
+                    let file = std::fs::read_to_string(&summary).unwrap_or_default();
+                    (what, out, file)
+                });
+            }
+        }
+    }
+    let (mut checked, mut logged_in) = (0, 0);
+    while let Some(done) = runs.join_next().await {
+        let (what, out, file) = done.unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        for (name, text) in [
+            ("stdout", &*stdout),
+            ("stderr", &*stderr),
+            ("the summary file", &*file),
+        ] {
+            for half in [LEFT, RIGHT] {
+                assert!(
+                    !text.contains(half),
+                    "{what}: part of the password ({half}) is in {name}:\n{text}"
+                );
+            }
+            checked += 1;
+        }
+        if what.contains("[\"run\"]") && out.status.code() == Some(0) {
+            logged_in += 1;
+        }
+    }
+    assert!(logged_in > 0, "no odd password ever logged in");
+    println!(
+        "secrets: {n} commands ({} separators, {} ways to give a password, {} commands, \
+         text and JSON logs at two levels, a closed port and the server in turn), {checked} \
+         outputs checked, {logged_in} logins with an odd password seen, 0 leaks",
+        SEPARATORS.len(),
+        givens.len(),
+        commands.len()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_password_reaches_any_output() {
     // A server of its own: the shared one's other tests log in without passwords.
