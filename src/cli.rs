@@ -31,28 +31,28 @@ pub struct Cli {
     )]
     pub log_format: LogFormat,
     /// PostgreSQL statement_timeout for this executor's sessions.
-    #[arg(long, global = true, default_value = defaults::STATEMENT_TIMEOUT.text, value_parser = parse_duration, env = "PACKAGE_EXECUTOR_STATEMENT_TIMEOUT")]
+    #[arg(long, global = true, default_value = defaults::STATEMENT_TIMEOUT.text, value_parser = |s: &str| within(s, bounds::STATEMENT_TIMEOUT), env = "PACKAGE_EXECUTOR_STATEMENT_TIMEOUT")]
     pub statement_timeout: Duration,
     /// PostgreSQL lock_timeout for this executor's sessions.
-    #[arg(long, global = true, default_value = defaults::LOCK_TIMEOUT.text, value_parser = parse_duration, env = "PACKAGE_EXECUTOR_LOCK_TIMEOUT")]
+    #[arg(long, global = true, default_value = defaults::LOCK_TIMEOUT.text, value_parser = |s: &str| within(s, bounds::LOCK_TIMEOUT), env = "PACKAGE_EXECUTOR_LOCK_TIMEOUT")]
     pub lock_timeout: Duration,
     /// PostgreSQL idle_in_transaction_session_timeout for this executor's sessions.
-    #[arg(long, global = true, default_value = defaults::IDLE_IN_TRANSACTION_TIMEOUT.text, value_parser = parse_duration, env = "PACKAGE_EXECUTOR_IDLE_IN_TRANSACTION_TIMEOUT")]
+    #[arg(long, global = true, default_value = defaults::IDLE_IN_TRANSACTION_TIMEOUT.text, value_parser = |s: &str| within(s, bounds::IDLE_IN_TRANSACTION_TIMEOUT), env = "PACKAGE_EXECUTOR_IDLE_IN_TRANSACTION_TIMEOUT")]
     pub idle_in_transaction_timeout: Duration,
     /// How long past --statement-timeout to wait for any answer from PostgreSQL before giving
     /// the connection up as gone (a silent network cut, a node lost without a TCP reset). A
     /// live server answers or cancels every statement by the statement timeout; this covers
     /// the network. Lower it to notice a silently lost primary sooner.
-    #[arg(long, global = true, default_value = defaults::ANSWER_MARGIN.text, value_parser = parse_duration, env = "PACKAGE_EXECUTOR_ANSWER_MARGIN")]
+    #[arg(long, global = true, default_value = defaults::ANSWER_MARGIN.text, value_parser = |s: &str| within(s, bounds::ANSWER_MARGIN), env = "PACKAGE_EXECUTOR_ANSWER_MARGIN")]
     pub answer_margin: Duration,
     /// How long to keep trying to reach the database before giving up (exit 8).
-    #[arg(long, global = true, default_value = defaults::CONNECT_TIMEOUT.text, value_parser = parse_duration, env = "PACKAGE_EXECUTOR_CONNECT_TIMEOUT")]
+    #[arg(long, global = true, default_value = defaults::CONNECT_TIMEOUT.text, value_parser = |s: &str| within(s, bounds::CONNECT_TIMEOUT), env = "PACKAGE_EXECUTOR_CONNECT_TIMEOUT")]
     pub connect_timeout: Duration,
     /// How long the projects in flight get to finish after SIGTERM, SIGINT or --deadline
     /// before they are abandoned (left pending, their transactions rolled back) and the run
     /// prints its summary; keep it below the pod's termination grace period. A second signal
     /// ends the run at once.
-    #[arg(long, global = true, default_value = defaults::SHUTDOWN_GRACE.text, value_parser = parse_duration, env = "PACKAGE_EXECUTOR_SHUTDOWN_GRACE")]
+    #[arg(long, global = true, default_value = defaults::SHUTDOWN_GRACE.text, value_parser = |s: &str| within(s, bounds::SHUTDOWN_GRACE), env = "PACKAGE_EXECUTOR_SHUTDOWN_GRACE")]
     pub shutdown_grace: Duration,
     /// What to do.
     #[command(subcommand)]
@@ -175,7 +175,7 @@ pub struct TriggerArgs {
     #[arg(long, env = "PACKAGE_EXECUTOR_WAIT")]
     pub wait: bool,
     /// Bounds the whole command, API retries included (exit 124).
-    #[arg(long, default_value = "10m", value_parser = parse_duration, env = "PACKAGE_EXECUTOR_TIMEOUT")]
+    #[arg(long, default_value = "10m", value_parser = |s: &str| within(s, bounds::TRIGGER_TIMEOUT), env = "PACKAGE_EXECUTOR_TIMEOUT")]
     pub timeout: Duration,
     /// Print the Job as YAML and contact nothing.
     #[arg(long, env = "PACKAGE_EXECUTOR_DRY_RUN")]
@@ -261,7 +261,7 @@ pub struct RunArgs {
     #[arg(long, env = "PACKAGE_EXECUTOR_SHARD_COUNT")]
     pub shard_count: Option<u64>,
     /// Stop taking work after this long (e.g. 25m) and write the summary.
-    #[arg(long, value_parser = parse_duration, env = "PACKAGE_EXECUTOR_DEADLINE")]
+    #[arg(long, value_parser = |s: &str| within(s, bounds::DEADLINE), env = "PACKAGE_EXECUTOR_DEADLINE")]
     pub deadline: Option<Duration>,
     /// Print the run summary as one JSON line on stdout.
     #[arg(long, env = "PACKAGE_EXECUTOR_JSON")]
@@ -316,6 +316,52 @@ pub fn parse_digest(s: &str) -> Result<String, String> {
 /// Parses a humantime duration (`90s`, `10m`).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("{e} (use e.g. 90s, 10m, 1h)"))
+}
+
+/// The smallest and largest value of each duration flag (contract section 10). Below a
+/// minimum PostgreSQL would read the value as "no timeout" (it is sent in whole milliseconds,
+/// and 0 means off) or the flag would mean nothing; above a maximum no wait is meant, and the
+/// sums the executor makes (a statement timeout plus the answer margin, a deadline plus its
+/// grace) stay far from overflowing.
+pub mod bounds {
+    use std::time::Duration;
+
+    /// An inclusive range of durations.
+    pub type Bounds = (Duration, Duration);
+
+    const MS: Duration = Duration::from_millis(1);
+    const HOUR: Duration = Duration::from_secs(3600);
+    const DAY: Duration = Duration::from_secs(24 * 3600);
+
+    /// `--statement-timeout`.
+    pub const STATEMENT_TIMEOUT: Bounds = (MS, DAY);
+    /// `--lock-timeout`.
+    pub const LOCK_TIMEOUT: Bounds = (MS, DAY);
+    /// `--idle-in-transaction-timeout`.
+    pub const IDLE_IN_TRANSACTION_TIMEOUT: Bounds = (MS, DAY);
+    /// `--answer-margin`.
+    pub const ANSWER_MARGIN: Bounds = (Duration::ZERO, HOUR);
+    /// `--connect-timeout`.
+    pub const CONNECT_TIMEOUT: Bounds = (Duration::from_millis(100), HOUR);
+    /// `--shutdown-grace`: 0 abandons what is in flight at once.
+    pub const SHUTDOWN_GRACE: Bounds = (Duration::ZERO, HOUR);
+    /// `run --deadline`: 0 stops taking work at once.
+    pub const DEADLINE: Bounds = (Duration::ZERO, Duration::from_secs(7 * 24 * 3600));
+    /// `trigger --timeout`.
+    pub const TRIGGER_TIMEOUT: Bounds = (Duration::from_secs(1), DAY);
+}
+
+/// Parses a duration within `bounds`: a usage error (exit 2) outside them, saying the range.
+pub fn within(s: &str, (min, max): bounds::Bounds) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d < min || d > max {
+        return Err(format!(
+            "{s} is outside {} to {} (inclusive)",
+            humantime::format_duration(min),
+            humantime::format_duration(max)
+        ));
+    }
+    Ok(d)
 }
 
 /// Parses a byte size: an integer with an optional `KiB`, `MiB` or `GiB`.

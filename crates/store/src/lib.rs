@@ -135,8 +135,10 @@ pub struct ObservedHead {
     pub status: Option<String>,
 }
 
+/// A duration as PostgreSQL's settings take it, in whole milliseconds rounded up: a value
+/// under a millisecond is sent as 1 ms, never as 0, which would switch the timeout off.
 fn millis(d: Duration) -> String {
-    format!("{}ms", d.as_millis())
+    format!("{}ms", d.as_micros().div_ceil(1000).max(1))
 }
 
 /// Awaits one database step, or gives up with [`StoreError::NoAnswer`] after `limit` (see
@@ -528,4 +530,17 @@ impl Store {
 /// The text of a `ql3.`-qualified query for a dialect (see the store's query texts).
 pub fn sql_for(dialect: Dialect, query: &'static str) -> &'static str {
     sql::for_dialect(dialect, query)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_timeout_is_sent_as_zero_milliseconds() {
+        assert_eq!(millis(Duration::from_nanos(1)), "1ms");
+        assert_eq!(millis(Duration::from_micros(999)), "1ms");
+        assert_eq!(millis(Duration::from_micros(1001)), "2ms");
+        assert_eq!(millis(Duration::from_secs(60)), "60000ms");
+    }
 }

@@ -452,3 +452,77 @@ fn output_failures_and_the_summary_file() {
     );
     assert!(stderr.contains("verify"), "{stderr}");
 }
+
+/// Every duration flag has a documented minimum and maximum, and a value outside them is a
+/// usage error (exit 2) that says the range: none reaches PostgreSQL as 0 ms, which switches its
+/// timeout off (`0s` and `1ns` once did), and none overflows a sum the executor makes (`u64::MAX`
+/// seconds once panicked).
+#[test]
+fn durations_outside_their_bounds_are_usage_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("t.db").display());
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["--statement-timeout", "0s", "current", "x"],
+            "1ms to 1day",
+        ),
+        (
+            &["--statement-timeout", "999us", "current", "x"],
+            "1ms to 1day",
+        ),
+        (&["--lock-timeout", "1ns", "current", "x"], "1ms to 1day"),
+        (
+            &["--idle-in-transaction-timeout", "0s", "current", "x"],
+            "1ms to 1day",
+        ),
+        (
+            &["--statement-timeout", "25h", "current", "x"],
+            "1ms to 1day",
+        ),
+        (
+            &["--connect-timeout", "18446744073709551615s", "current", "x"],
+            "100ms to 1h",
+        ),
+        (
+            &["--answer-margin", "18446744073709551615s", "current", "x"],
+            "0s to 1h",
+        ),
+        (&["--shutdown-grace", "2h", "run"], "0s to 1h"),
+        (&["run", "--deadline", "8days"], "0s to 7days"),
+        (
+            &["trigger", "--publication-id", "p", "--timeout", "0s"],
+            "1s to 1day",
+        ),
+    ];
+    for (args, range) in cases {
+        let o = bin().env("DATABASE_URL", &db).args(*args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(code(&o), 2, "{args:?}: {stderr}");
+        assert!(stderr.contains(range), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+    // The edges themselves are accepted, from the flag or the environment.
+    for (flag, env, value) in [
+        (
+            "--statement-timeout",
+            "PACKAGE_EXECUTOR_STATEMENT_TIMEOUT",
+            "1ms",
+        ),
+        ("--lock-timeout", "PACKAGE_EXECUTOR_LOCK_TIMEOUT", "24h"),
+        ("--answer-margin", "PACKAGE_EXECUTOR_ANSWER_MARGIN", "0s"),
+    ] {
+        let o = bin()
+            .env("DATABASE_URL", &db)
+            .args([flag, value, "migrate"])
+            .output()
+            .unwrap();
+        assert_eq!(code(&o), 0, "{flag} {value}: {o:?}");
+        let o = bin()
+            .env("DATABASE_URL", &db)
+            .env(env, value)
+            .args(["migrate"])
+            .output()
+            .unwrap();
+        assert_eq!(code(&o), 0, "{env}={value}: {o:?}");
+    }
+}
