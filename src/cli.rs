@@ -258,7 +258,7 @@ pub struct RunArgs {
     #[arg(long, env = "PACKAGE_EXECUTOR_SHARD_INDEX")]
     pub shard_index: Option<u64>,
     /// Number of shards (default: PACKAGE_EXECUTOR_SHARD_COUNT, else 1).
-    #[arg(long, env = "PACKAGE_EXECUTOR_SHARD_COUNT")]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..), env = "PACKAGE_EXECUTOR_SHARD_COUNT")]
     pub shard_count: Option<u64>,
     /// Stop taking work after this long (e.g. 25m) and write the summary.
     #[arg(long, value_parser = |s: &str| within(s, bounds::DEADLINE), env = "PACKAGE_EXECUTOR_DEADLINE")]

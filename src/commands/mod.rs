@@ -25,7 +25,7 @@ use anyhow::Context as _;
 use crate::cli::{Cli, Command, DEFAULT_DATABASE_URL, SourcesCommand};
 use crate::exit::Exit;
 use crate::sources;
-use crate::store::{ConnectOptions, Store, StoreError, describe};
+use crate::store::{ConnectOptions, SqliteUse, Store, StoreError, describe};
 
 /// Standard output could not be written.
 #[derive(Debug, thiserror::Error)]
@@ -135,6 +135,16 @@ pub fn database_url(cli: &Cli) -> Result<String, StoreError> {
 
 /// Connects with the global settings.
 pub async fn connect(cli: &Cli, max_connections: u32) -> anyhow::Result<Store> {
+    connect_for(cli, max_connections, SqliteUse::Create).await
+}
+
+/// Connects with the global settings; a SQLite file is created or set up only with
+/// [`SqliteUse::Create`] (`migrate`, `demo`).
+async fn connect_for(
+    cli: &Cli,
+    max_connections: u32,
+    sqlite_use: SqliteUse,
+) -> anyhow::Result<Store> {
     let url = database_url(cli)?;
     let opts = ConnectOptions {
         max_connections,
@@ -143,6 +153,7 @@ pub async fn connect(cli: &Cli, max_connections: u32) -> anyhow::Result<Store> {
         idle_in_transaction_timeout: cli.idle_in_transaction_timeout,
         acquire_timeout: cli.connect_timeout,
         answer_margin: cli.answer_margin,
+        sqlite_use,
         ..ConnectOptions::new(url.clone())
     };
     let store = Store::connect(&opts)
@@ -153,7 +164,8 @@ pub async fn connect(cli: &Cli, max_connections: u32) -> anyhow::Result<Store> {
 
 /// Connects and checks the schema is migrated (exit 8 otherwise).
 pub async fn connect_migrated(cli: &Cli, max_connections: u32) -> anyhow::Result<Store> {
-    let store = connect(cli, max_connections).await?;
+    // A file that is not already ours is refused before it is opened for writing.
+    let store = connect_for(cli, max_connections, SqliteUse::Existing).await?;
     store.check_migrated().await?;
     Ok(store)
 }

@@ -13,7 +13,7 @@ use crate::coordinator::{Coordinator, LogObserver, RunReport, RunSettings, Stop}
 use crate::exit::Exit;
 use crate::report::{Outcome, PublishResult, RunSummary, Shard};
 use crate::sources;
-use crate::store::{Dialect, StoreError};
+use crate::store::Dialect;
 
 use super::{connect, connect_migrated};
 
@@ -169,8 +169,16 @@ fn run_pool_size(cli: &Cli, concurrency: usize) -> u32 {
 
 /// `run`.
 pub async fn run(cli: &Cli, args: &RunArgs) -> anyhow::Result<Exit> {
-    let (index, count) =
-        resolve_shard(args.shard_index, args.shard_count).map_err(StoreError::Input)?;
+    let (index, count) = match resolve_shard(args.shard_index, args.shard_count) {
+        Ok(shard) => shard,
+        // A usage error (exit 2), as clap's own are: the Job's settings must change.
+        Err(e) => {
+            eprintln!(
+                "error: {e}; set --shard-index below --shard-count (an Indexed Job sets JOB_COMPLETION_INDEX)"
+            );
+            return Ok(Exit::Usage);
+        }
+    };
     let shard = Shard { index, count };
     let started = std::time::Instant::now();
     let pool = run_pool_size(cli, args.concurrency as usize);

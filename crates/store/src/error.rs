@@ -169,6 +169,25 @@ impl From<sqlx::Error> for StoreError {
                         StoreError::Transient(format!("SQLite {code}: {message}"))
                     }
                     _ if message.starts_with("no such table") => StoreError::NotMigrated(message),
+                    // SQLite: READONLY, CANTOPEN and NOTADB with their extended codes. No retry
+                    // heals them: the file, its directory or the URL must change (exit 1).
+                    "8" | "264" | "520" | "776" | "1032" | "1288" | "1544" if !postgres => {
+                        StoreError::Config(format!(
+                            "SQLite {code}: {message}; the SQLite file or its directory is \
+                             read-only for this process: make both writable (SQLite writes \
+                             -wal and -shm files beside the database)"
+                        ))
+                    }
+                    "14" | "270" | "526" | "782" | "1038" | "1294" | "1550" if !postgres => {
+                        StoreError::Config(format!(
+                            "SQLite {code}: {message}; check DATABASE_URL: the file's directory \
+                             must exist and be writable by this process"
+                        ))
+                    }
+                    "26" if !postgres => StoreError::Config(format!(
+                        "SQLite {code}: {message}; DATABASE_URL names a file that is not a SQLite \
+                         database: point it at package-executor's own file"
+                    )),
                     c if refuses_the_data(c, postgres) => {
                         StoreError::Refused(format!("{code}: {message}"))
                     }

@@ -13,6 +13,7 @@ mod redact;
 mod rows;
 mod secrets;
 pub mod sql;
+mod sqlite_file;
 mod steps;
 mod tls;
 
@@ -30,6 +31,7 @@ use primary::PgTarget;
 pub use primary::{Hosts, SessionAttrs, split_hosts};
 pub use redact::{redact, redact_text};
 pub use secrets::{describe, remember as remember_secrets};
+pub use sqlite_file::SqliteUse;
 pub use steps::{Appending, ClaimStanding, Opening, Replay};
 /// The PostgreSQL pending-project query text (for benchmarks and EXPLAIN).
 pub const PENDING_PAGE_SQL: &str = sql::PENDING_PAGE_PG;
@@ -94,6 +96,8 @@ pub struct ConnectOptions {
     /// share of an answer the server sends by `statement_timeout`; every second of it is a
     /// second a silently lost primary holds a worker.
     pub answer_margin: Duration,
+    /// SQLite: whether the file may be created or set up, or must already be ours.
+    pub sqlite_use: SqliteUse,
 }
 
 impl ConnectOptions {
@@ -107,6 +111,7 @@ impl ConnectOptions {
             idle_in_transaction_timeout: defaults::IDLE_IN_TRANSACTION_TIMEOUT.value,
             acquire_timeout: defaults::CONNECT_TIMEOUT.value,
             answer_margin: defaults::ANSWER_MARGIN.value,
+            sqlite_use: SqliteUse::Create,
         }
     }
 }
@@ -313,6 +318,13 @@ impl Session {
     }
 }
 
+/// Whether a SQLite URL names an in-memory database (`sqlite::memory:`, `sqlite://`), which
+/// has no file to check.
+fn is_in_memory(o: &SqliteConnectOptions) -> bool {
+    let name = o.get_filename().as_os_str();
+    name.is_empty() || name == ":memory:" || name.to_string_lossy().starts_with("file::memory:")
+}
+
 /// sqlx reports a statement slower than this with its whole text...
 const SLOW_STATEMENT: Duration = Duration::from_secs(1);
 /// ...at DEBUG, not sqlx's default WARN. The executor's statements carry their own bounds
@@ -370,8 +382,12 @@ impl Store {
             }
             Some(Dialect::Sqlite) => {
                 let connect = SqliteConnectOptions::from_str(&opts.url)
-                    .map_err(|e| StoreError::Config(format!("bad SQLite URL: {e}")))?
-                    .create_if_missing(true)
+                    .map_err(|e| StoreError::Config(format!("bad SQLite URL: {e}")))?;
+                if !is_in_memory(&connect) {
+                    sqlite_file::check(connect.get_filename(), opts.sqlite_use).await?;
+                }
+                let connect = connect
+                    .create_if_missing(opts.sqlite_use == SqliteUse::Create)
                     .foreign_keys(true)
                     .journal_mode(SqliteJournalMode::Wal)
                     .synchronous(SqliteSynchronous::Normal)

@@ -334,11 +334,11 @@ mod tests {
             // sqlx's warning about a parameter it does not know, as JSON and as text.
             (
                 r#"{"level":"WARN","message":"ignoring unrecognized connect parameter","key":"PassWord","value":"s3cret \"x","target":"sqlx_postgres::options::parse"}"#,
-                r#"{"level":"WARN","message":"ignoring unrecognized connect parameter","key":"PassWord","value":"***","target":"sqlx_postgres::options::parse"}"#,
+                r#"{"level":"WARN","message":"ignoring unrecognized connect parameter","key":"***","value":"***","target":"sqlx_postgres::options::parse"}"#,
             ),
             (
                 "2026-12-02T14:42:20Z  WARN ignoring unrecognized connect parameter key=Tok value=s3 cret",
-                "2026-12-02T14:42:20Z  WARN ignoring unrecognized connect parameter key=Tok value=***",
+                "2026-12-02T14:42:20Z  WARN ignoring unrecognized connect parameter key=*** value=***",
             ),
         ];
         for (url, want) in cases {

@@ -343,7 +343,18 @@ fn database_problems_exit_8() {
     assert_eq!(code(&o), 8);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
-        err.contains("the SQLite file's directory must exist") && !err.contains("server"),
+        err.contains("there is no SQLite file at") && !err.contains("server"),
+        "{err}"
+    );
+    // migrate, which creates the file, says what is missing.
+    let o = run(
+        &["--database-url", &url, "--log-format", "text", "migrate"],
+        None,
+    );
+    assert_eq!(code(&o), 1);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("the file's directory must exist") && !err.contains("server"),
         "{err}"
     );
     assert!(

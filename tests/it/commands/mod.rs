@@ -3,6 +3,7 @@
 mod cli;
 mod metrics;
 mod newer_schema;
+mod not_ours;
 mod run;
 mod secrets;
 mod signals;

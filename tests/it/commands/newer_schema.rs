@@ -179,12 +179,17 @@ async fn stops_when_migrated_midway(url: String) {
         db::scalar(&store, "SELECT COUNT(*) FROM ql3.tool_definition_snapshots").await,
         0
     );
-    // The rejection is recorded (the newer schema took that write); the rest stay pending.
-    assert_eq!(
-        db::marked(&store).await,
-        ["demo-1", "demo-2", "demo-empty"],
-        "a project lost its mark"
-    );
+    // What could be built stays pending. demo-rejected's rejection is recorded (the newer
+    // schema takes that write) when its attempt started before the run stopped, and it is still
+    // marked when not: the four workers' order decides, so either is right.
+    let marked = db::marked(&store).await;
+    let rejected = summary.rejected.values().sum::<u64>();
+    let expected: &[&str] = if rejected == 1 {
+        &["demo-1", "demo-2", "demo-empty"]
+    } else {
+        &["demo-1", "demo-2", "demo-empty", "demo-rejected"]
+    };
+    assert_eq!(marked, expected, "a project lost its mark: {summary:?}");
     println!("schema {future}: {summary:?}");
     store.close().await;
 }
