@@ -213,3 +213,15 @@ impl Drop for OnPty {
         let _ = self.child.wait();
     }
 }
+
+/// Sends `signal` (`"TERM"`, `"INT"`) to process `pid`.
+pub fn signal(pid: u32, signal: &str) {
+    use rustix::process::{Pid, Signal, kill_process};
+    let signal = match signal {
+        "TERM" => Signal::TERM,
+        "INT" => Signal::INT,
+        other => panic!("no such signal here: {other}"),
+    };
+    let pid = Pid::from_raw(i32::try_from(pid).expect("a pid")).expect("a pid is not 0");
+    kill_process(pid, signal).expect("send the signal");
+}

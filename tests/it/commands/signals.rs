@@ -209,11 +209,7 @@ fn wait_for_line(lines: &Receiver<String>, seen: &mut Vec<String>, text: &str) {
 }
 
 fn kill(pid: u32, signal: &str) {
-    let ok = Command::new("kill")
-        .args([&format!("-{signal}"), &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(ok.success());
+    package_executor_testkit::pty::signal(pid, signal);
 }
 
 /// Waits for `child` at most [`ENDS_WITHIN`]; kills it and panics when it does not end.
