@@ -78,14 +78,23 @@ impl StoreError {
     /// Classifies a connection failure: anything there means the database is unavailable.
     /// A TLS failure also says which check failed and what to change.
     pub(crate) fn from_connect(e: sqlx::Error) -> Self {
-        let code = match &e {
-            sqlx::Error::Database(db) => db.code().map(|c| c.into_owned()),
-            _ => None,
+        let (code, message) = match &e {
+            sqlx::Error::Database(db) => {
+                (db.code().map(|c| c.into_owned()), db.message().to_owned())
+            }
+            _ => (None, String::new()),
         };
         // A mistake in the login, the database name or the TLS settings is the
         // configuration's: no retry with the same Secret heals it, so it exits 1 at once rather
         // than 8 (which Kubernetes retries until the backoff limit).
         let login = matches!(code.as_deref(), Some("28P01" | "28000" | "3D000"));
+        if code.as_deref() == Some("53300") {
+            return StoreError::Unavailable(format!(
+                "53300: {message}; the server has no connection slot left for this login (its \
+                 max_connections, or the role's CONNECTION LIMIT): lower --concurrency or the \
+                 number of replicas, raise the limit, or put a pooler in front"
+            ));
+        }
         match StoreError::from(e) {
             StoreError::Transient(m) | StoreError::Other(m) => match super::tls::hint(&m) {
                 Some(hint) if login || super::tls::is_configuration(&m) => {

@@ -318,11 +318,16 @@ impl Session {
     }
 }
 
-/// Whether a SQLite URL names an in-memory database (`sqlite::memory:`, `sqlite://`), which
-/// has no file to check.
-fn is_in_memory(o: &SqliteConnectOptions) -> bool {
-    let name = o.get_filename().as_os_str();
-    name.is_empty() || name == ":memory:" || name.to_string_lossy().starts_with("file::memory:")
+/// Whether a SQLite URL names an in-memory database (`sqlite::memory:`, `sqlite://`,
+/// `?mode=memory`), which has no file and lasts only as long as its connections.
+fn is_in_memory(url: &str) -> bool {
+    let rest = url.trim_start_matches("sqlite:");
+    let rest = rest.strip_prefix("//").unwrap_or(rest);
+    let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+    path.is_empty()
+        || path == ":memory:"
+        || path.starts_with("file::memory:")
+        || query.split('&').any(|p| p == "mode=memory")
 }
 
 /// sqlx reports a statement slower than this with its whole text...
@@ -383,9 +388,15 @@ impl Store {
             Some(Dialect::Sqlite) => {
                 let connect = SqliteConnectOptions::from_str(&opts.url)
                     .map_err(|e| StoreError::Config(format!("bad SQLite URL: {e}")))?;
-                if !is_in_memory(&connect) {
-                    sqlite_file::check(connect.get_filename(), opts.sqlite_use).await?;
+                if is_in_memory(&opts.url) {
+                    return Err(StoreError::Config(
+                        "an in-memory SQLite database (sqlite::memory:, or a URL with no path) \
+                         lasts only as long as the command that opens it: point DATABASE_URL at \
+                         a file (sqlite://package-executor.db)"
+                            .to_owned(),
+                    ));
                 }
+                sqlite_file::check(connect.get_filename(), opts.sqlite_use).await?;
                 let connect = connect
                     .create_if_missing(opts.sqlite_use == SqliteUse::Create)
                     .foreign_keys(true)

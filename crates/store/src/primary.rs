@@ -212,7 +212,13 @@ impl PgTarget {
         } else {
             // Fail fast (exit 8) when the only host is unreachable.
             let pool = target.pool();
-            pool.acquire().await.map_err(StoreError::from_connect)?;
+            match pool.acquire().await {
+                Ok(_) => {}
+                Err(sqlx::Error::PoolTimedOut) => {
+                    return Err(why_no_connection(&target.hosts[0]).await);
+                }
+                Err(e) => return Err(StoreError::from_connect(e)),
+            }
         }
         Ok(target)
     }
@@ -463,5 +469,25 @@ mod tests {
             Some(SessionAttrs::Primary),
             "the URL wins"
         );
+    }
+}
+
+/// Why no connection came within the connect timeout. The pool retries what may pass (a server
+/// starting up, `53300`: no connection slot left) and then says only that it timed out; one
+/// more try, on its own, says what the server answered, so the message names the cause.
+async fn why_no_connection(opts: &PgConnectOptions) -> StoreError {
+    let timed_out = || StoreError::from_connect(sqlx::Error::PoolTimedOut);
+    match tokio::time::timeout(Duration::from_secs(5), PgConnection::connect_with(opts)).await {
+        Ok(Err(e)) => match StoreError::from_connect(e) {
+            StoreError::Unavailable(m) => StoreError::Unavailable(format!(
+                "no connection within the connect timeout; the server's answer: {m}"
+            )),
+            other => other,
+        },
+        Ok(Ok(conn)) => {
+            let _ = conn.close().await;
+            timed_out()
+        }
+        Err(_) => timed_out(),
     }
 }

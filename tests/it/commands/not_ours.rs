@@ -188,3 +188,24 @@ fn shard_settings_that_cannot_hold_are_usage_errors() {
         assert_eq!(out.status.code(), Some(2), "{args:?} {env:?}: {out:?}");
     }
 }
+
+/// An in-memory SQLite database lasts only as long as the command: `migrate` into one reported
+/// success into a database that was then thrown away. Refused, with what to do.
+#[test]
+fn an_in_memory_database_is_refused() {
+    for url in ["sqlite::memory:", "sqlite://", "sqlite:"] {
+        for args in [&["migrate"][..], &["run"], &["current", "demo-1"]] {
+            let out = Command::new(executable())
+                .args(args)
+                .env("DATABASE_URL", url)
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{url} {args:?}: {stderr}");
+            assert!(
+                stderr.contains("point DATABASE_URL at"),
+                "{url} {args:?}: {stderr}"
+            );
+        }
+    }
+}

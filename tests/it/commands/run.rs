@@ -670,3 +670,33 @@ async fn a_run_keeps_to_concurrency_plus_one_connections() {
     })
     .await;
 }
+
+/// A server with no connection slot left for the login: after the connect timeout the message
+/// says what the server answered (`53300`) and what to do, not only "check that the server is
+/// up" (the pool retries `53300` and then says only that it timed out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_with_no_slot_left_is_named_as_the_cause() {
+    within(60, async {
+        let url = pg::fresh_db().await;
+        let admin = connect(&url).await;
+        // Roles are cluster-wide: a name of this test's own.
+        let role = format!("no_slots_{}", std::process::id());
+        exec(
+            &admin,
+            &format!("CREATE ROLE {role} LOGIN CONNECTION LIMIT 0"),
+        )
+        .await
+        .unwrap();
+        admin.close().await;
+        let out = db::exe(&pg::as_login(&url, &role), "1s")
+            .args(["current", "demo-1"])
+            .output()
+            .await
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(8), "{stderr}");
+        assert!(stderr.contains("53300: too many connections"), "{stderr}");
+        assert!(stderr.contains("no connection slot left"), "{stderr}");
+    })
+    .await;
+}
