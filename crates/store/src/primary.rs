@@ -388,6 +388,26 @@ fn lazy_pool(
     options.connect_lazy_with(opts)
 }
 
+/// Why no connection came within the connect timeout. The pool retries what may pass (a server
+/// starting up, `53300`: no connection slot left) and then says only that it timed out; one
+/// more try, on its own, says what the server answered, so the message names the cause.
+async fn why_no_connection(opts: &PgConnectOptions) -> StoreError {
+    let timed_out = || StoreError::from_connect(sqlx::Error::PoolTimedOut);
+    match tokio::time::timeout(Duration::from_secs(5), PgConnection::connect_with(opts)).await {
+        Ok(Err(e)) => match StoreError::from_connect(e) {
+            StoreError::Unavailable(m) => StoreError::Unavailable(format!(
+                "no connection within the connect timeout; the server's answer: {m}"
+            )),
+            other => other,
+        },
+        Ok(Ok(conn)) => {
+            let _ = conn.close().await;
+            timed_out()
+        }
+        Err(_) => timed_out(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -469,25 +489,5 @@ mod tests {
             Some(SessionAttrs::Primary),
             "the URL wins"
         );
-    }
-}
-
-/// Why no connection came within the connect timeout. The pool retries what may pass (a server
-/// starting up, `53300`: no connection slot left) and then says only that it timed out; one
-/// more try, on its own, says what the server answered, so the message names the cause.
-async fn why_no_connection(opts: &PgConnectOptions) -> StoreError {
-    let timed_out = || StoreError::from_connect(sqlx::Error::PoolTimedOut);
-    match tokio::time::timeout(Duration::from_secs(5), PgConnection::connect_with(opts)).await {
-        Ok(Err(e)) => match StoreError::from_connect(e) {
-            StoreError::Unavailable(m) => StoreError::Unavailable(format!(
-                "no connection within the connect timeout; the server's answer: {m}"
-            )),
-            other => other,
-        },
-        Ok(Ok(conn)) => {
-            let _ = conn.close().await;
-            timed_out()
-        }
-        Err(_) => timed_out(),
     }
 }
