@@ -66,7 +66,14 @@ fn user_parts(text: &str, out: &mut Vec<std::ops::Range<usize>>) {
             .position(|b| b.is_ascii_whitespace() || *b == b'"')
             .map_or(bytes.len(), |n| start + n);
         let token = &text[start..end];
-        if let Some(at) = token.rfind('@') {
+        // The Pushgateway's path writes a label value as `name@base64/VALUE`: that `@` is in a
+        // path, never a user part's end, and masking up to it hid the gateway's port and path.
+        let user_part_end = token
+            .match_indices('@')
+            .map(|(at, _)| at)
+            .filter(|at| !token[at + 1..].starts_with("base64"))
+            .next_back();
+        if let Some(at) = user_part_end {
             let before = &token[..at];
             let mut from = 0;
             // `scheme:` (RFC 3986: a letter, then letters, digits, `+`, `-`, `.`).
@@ -285,6 +292,15 @@ mod tests {
             ("postgres://u:s3/cret@h/db", "postgres://u:***@h/db"),
             ("postgres://u:s3?cret@h/db", "postgres://u:***@h/db"),
             ("postgres://u:p@ss@h/db", "postgres://u:***@h/db"),
+            // A Pushgateway URL, its user part already stripped: shown whole.
+            (
+                "pushing to http://127.0.0.1:9091/metrics/job/package_executor/instance@base64/cGUvbnM/kind/recovery/shard/0 failed",
+                "pushing to http://127.0.0.1:9091/metrics/job/package_executor/instance@base64/cGUvbnM/kind/recovery/shard/0 failed",
+            ),
+            (
+                "http://u:s3cret@push:9091/metrics/job/j/instance@base64/cGU",
+                "http://u:***@push:9091/metrics/job/j/instance@base64/cGU",
+            ),
             (
                 "host=h password=s3cret user=u",
                 "host=h password=*** user=u",
