@@ -71,8 +71,7 @@ fn user_parts(text: &str, out: &mut Vec<std::ops::Range<usize>>) {
         let user_part_end = token
             .match_indices('@')
             .map(|(at, _)| at)
-            .filter(|at| !token[at + 1..].starts_with("base64"))
-            .next_back();
+            .rfind(|at| !token[at + 1..].starts_with("base64"));
         if let Some(at) = user_part_end {
             let before = &token[..at];
             let mut from = 0;
