@@ -46,12 +46,20 @@ fn ours(dir: &Path) -> std::path::PathBuf {
     db
 }
 
-/// Runs as another user than root where the test runs as root (root writes read-only files).
-fn as_nobody(cmd: &mut Command) -> &mut Command {
+/// The binary, run as another user than root where the test runs as root (root writes
+/// read-only files). That user may not reach the build's own copy (a clone under a home
+/// directory of mode 0700), so it runs a copy in a directory of its own that anyone can read.
+fn as_nobody(work: &Path) -> Command {
     use std::os::unix::process::CommandExt as _;
-    if package_executor_testkit::pg::is_root() {
-        cmd.uid(65534).gid(65534);
+    if !package_executor_testkit::pg::is_root() {
+        return Command::new(executable());
     }
+    let copy = work.join("package-executor");
+    std::fs::copy(executable(), &copy).unwrap();
+    std::fs::set_permissions(work, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut cmd = Command::new(copy);
+    cmd.uid(65534).gid(65534).env_remove("HOME");
     cmd
 }
 
@@ -88,12 +96,14 @@ fn files_no_retry_can_use_are_configuration_errors() {
     let db = ours(ro.path());
     std::fs::set_permissions(ro.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o444)).unwrap();
+    let bin = tempfile::tempdir().unwrap();
     let run = |args: &[&str]| {
-        let mut cmd = Command::new(executable());
-        cmd.args(args)
+        as_nobody(bin.path())
+            .args(args)
             .env("DATABASE_URL", format!("sqlite://{}", db.display()))
-            .env("PACKAGE_EXECUTOR_LOG_FORMAT", "json");
-        as_nobody(&mut cmd).output().unwrap()
+            .env("PACKAGE_EXECUTOR_LOG_FORMAT", "json")
+            .output()
+            .unwrap()
     };
     let out = run(&["run"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
