@@ -90,10 +90,7 @@ impl Meter {
 
     /// Runs `f` (which prints) with the bar hidden, so that its lines are not drawn over.
     pub(super) fn suspend<T>(&self, f: impl FnOnce() -> T) -> T {
-        match &self.counter.bar {
-            Some(_) => super::terminal::above_bar(f),
-            None => f(),
-        }
+        super::terminal::above_bar(f)
     }
 }
 

@@ -59,24 +59,6 @@ async fn make_room(store: &Store) {
         .unwrap();
 }
 
-/// Rows in the source tables, the snapshot tables and the pending index.
-async fn counts(store: &Store) -> Vec<i64> {
-    let mut out = Vec::new();
-    for table in [
-        "projects",
-        "package_installations",
-        "package_generations",
-        "materialized_revisions",
-        "tool_definition_snapshots",
-        "tool_definition_snapshot_sources",
-        "tool_definition_snapshot_rejections",
-        "pending_projects",
-    ] {
-        out.push(scalar(store, &format!("SELECT COUNT(*) FROM {table}")).await);
-    }
-    out
-}
-
 /// A run of `workers` workers that tries each project once, with no final probes.
 async fn one_attempt_each(store: &Store, workers: usize) -> RunReport {
     let settings = RunSettings {
@@ -133,7 +115,7 @@ fn a_sqlite_import_that_fills_the_disk_writes_nothing_and_says_what_to_do() {
         let (url, _dir) = pg::fresh_sqlite().await;
         let store = cramped(&url, 16).await;
         import(&store, DEMO).await;
-        let before = counts(&store).await;
+        let before = row_counts(&store).await;
 
         // 80 revisions of 16 KiB each: far more than 16 pages.
         let big = fixtures::many_projects(10, 4, 2, 16 << 10);
@@ -141,7 +123,11 @@ fn a_sqlite_import_that_fills_the_disk_writes_nothing_and_says_what_to_do() {
             .await
             .expect_err("the import fit in 16 pages");
         assert_import_refused_for_space(&err, "13");
-        assert_eq!(counts(&store).await, before, "the failed import left rows");
+        assert_eq!(
+            row_counts(&store).await,
+            before,
+            "the failed import left rows"
+        );
 
         // With room again the same connection imports the same file whole.
         make_room(&store).await;
@@ -171,7 +157,7 @@ fn a_sqlite_run_that_fills_the_disk_writes_nothing_and_leaves_the_projects_pendi
         let report = one_attempt_each(&store, 1).await;
         assert_nothing_fit(&report, "13");
         assert_eq!(
-            counts(&store).await[4..7],
+            row_counts(&store).await[4..7],
             [0, 0, 0],
             "a snapshot row was written"
         );

@@ -30,7 +30,7 @@ pub use error::StoreError;
 use primary::PgTarget;
 pub use primary::{Hosts, SessionAttrs, split_hosts};
 pub use redact::{redact, redact_text};
-pub use secrets::{describe, remember as remember_secrets};
+pub use secrets::describe;
 pub use sqlite_file::SqliteUse;
 pub use steps::{Appending, ClaimStanding, Opening, Replay};
 /// The PostgreSQL pending-project query text (for benchmarks and EXPLAIN).
@@ -318,18 +318,6 @@ impl Session {
     }
 }
 
-/// Whether a SQLite URL names an in-memory database (`sqlite::memory:`, `sqlite://`,
-/// `?mode=memory`), which has no file and lasts only as long as its connections.
-fn is_in_memory(url: &str) -> bool {
-    let rest = url.trim_start_matches("sqlite:");
-    let rest = rest.strip_prefix("//").unwrap_or(rest);
-    let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
-    path.is_empty()
-        || path == ":memory:"
-        || path.starts_with("file::memory:")
-        || query.split('&').any(|p| p == "mode=memory")
-}
-
 /// sqlx reports a statement slower than this with its whole text...
 const SLOW_STATEMENT: Duration = Duration::from_secs(1);
 /// ...at DEBUG, not sqlx's default WARN. The executor's statements carry their own bounds
@@ -388,15 +376,7 @@ impl Store {
             Some(Dialect::Sqlite) => {
                 let connect = SqliteConnectOptions::from_str(&opts.url)
                     .map_err(|e| StoreError::Config(format!("bad SQLite URL: {e}")))?;
-                if is_in_memory(&opts.url) {
-                    return Err(StoreError::Config(
-                        "an in-memory SQLite database (sqlite::memory:, or a URL with no path) \
-                         lasts only as long as the command that opens it: point DATABASE_URL at \
-                         a file (sqlite://package-executor.db)"
-                            .to_owned(),
-                    ));
-                }
-                sqlite_file::check(connect.get_filename(), opts.sqlite_use).await?;
+                sqlite_file::check(&opts.url, connect.get_filename(), opts.sqlite_use).await?;
                 let connect = connect
                     .create_if_missing(opts.sqlite_use == SqliteUse::Create)
                     .foreign_keys(true)

@@ -48,12 +48,9 @@ pub fn redact_text(text: &str) -> String {
 
 /// Every occurrence of a password this process was given (`secrets.rs`), in each spelling.
 fn known_values(text: &str, out: &mut Vec<std::ops::Range<usize>>) {
-    for secret in crate::secrets::known() {
-        out.extend(
-            text.match_indices(secret.as_str())
-                .map(|(at, s)| at..at + s.len()),
-        );
-    }
+    crate::secrets::each_known(|secret| {
+        out.extend(text.match_indices(secret).map(|(at, s)| at..at + s.len()));
+    });
 }
 
 /// The passwords of the user parts of every token holding an `@`.

@@ -15,6 +15,13 @@ use std::sync::RwLock;
 /// inside it).
 static KNOWN: RwLock<Vec<String>> = RwLock::new(Vec::new());
 
+/// What a user part encodes: every byte but letters, digits and `-._~`.
+const USER_PART: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
 /// Shorter secrets are not masked by value: masking every `abc` in every line would hide
 /// more than it protects (such a password is masked only where it stands in a URL shape).
 const SHORTEST: usize = 4;
@@ -35,9 +42,11 @@ pub fn remember(url: &str) {
     known.dedup();
 }
 
-/// The spellings remembered so far.
-pub(crate) fn known() -> Vec<String> {
-    KNOWN.read().unwrap_or_else(|p| p.into_inner()).clone()
+/// Calls `f` with each spelling remembered so far, under the lock: no copy per log line.
+pub(crate) fn each_known(mut f: impl FnMut(&str)) {
+    for s in KNOWN.read().unwrap_or_else(|p| p.into_inner()).iter() {
+        f(s);
+    }
 }
 
 /// The passwords of a URL: the user part's and every `password` parameter's, as parsed and as
@@ -114,13 +123,16 @@ fn spellings_of(secret: &str) -> Vec<String> {
         .next()
         .map(|(_, v)| v.into_owned())
         .unwrap_or_default();
-    let raw_decoded = percent_decode(secret);
+    // `%XX` decoded with a `+` left a `+`, as in a user part.
+    let raw_decoded = percent_encoding::percent_decode_str(secret)
+        .decode_utf8_lossy()
+        .into_owned();
     let mut out = Vec::new();
     for s in [secret.to_owned(), decoded, raw_decoded] {
         let json = serde_json::to_string(&s).unwrap_or_default();
         let debug = format!("{s:?}");
         let encoded: String = url::form_urlencoded::byte_serialize(s.as_bytes()).collect();
-        let path_encoded = percent_encode_all(&s);
+        let path_encoded = percent_encoding::utf8_percent_encode(&s, USER_PART).to_string();
         out.extend(s.lines().map(str::to_owned));
         out.push(json.trim_matches('"').to_owned());
         out.push(debug.trim_matches('"').to_owned());
@@ -132,52 +144,13 @@ fn spellings_of(secret: &str) -> Vec<String> {
     out
 }
 
-/// `%XX` sequences decoded (a `+` stays a `+`, as in a user part).
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%'
-            && let Some(hex) = s.get(i + 1..i + 3)
-            && let Ok(b) = u8::from_str_radix(hex, 16)
-        {
-            out.push(b);
-            i += 3;
-            continue;
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// Every byte but letters, digits and `-._~` as `%XX` (how a user part is encoded).
-fn percent_encode_all(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
 /// What may be said of a database URL: `PostgreSQL at HOST:PORT, database DB, user USER` (each
 /// host of a multi-host URL), or `the SQLite file PATH`, built from the parsed URL. A URL that
 /// does not parse is described as such, without its text.
 pub fn describe(url: &str) -> String {
     match crate::Dialect::of_url(url) {
         Some(crate::Dialect::Sqlite) => {
-            let path = url
-                .trim_start_matches("sqlite:")
-                .trim_start_matches("//")
-                .split('?')
-                .next()
-                .unwrap_or_default();
-            format!("the SQLite file {path}")
+            format!("the SQLite file {}", crate::sqlite_file::path_in(url).0)
         }
         Some(crate::Dialect::Postgres) => match crate::split_hosts(url, |_| None) {
             Ok(hosts) => {
@@ -221,7 +194,8 @@ mod tests {
     #[test]
     fn every_spelling_of_a_parsed_password_is_known() {
         remember("postgres://u:Kq7m%20Zp4w%22x@h:5433/db?sslmode=disable&password=Wv9r%26Tt1");
-        let known = known();
+        let mut known = Vec::new();
+        each_known(|s| known.push(s.to_owned()));
         for s in [
             "Kq7m Zp4w\"x",
             "Kq7m%20Zp4w%22x",

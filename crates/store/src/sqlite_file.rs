@@ -27,9 +27,34 @@ pub enum SqliteUse {
 /// SQLite's file header: the first 16 bytes of every database file.
 const HEADER: &[u8; 16] = b"SQLite format 3\0";
 
-/// Refuses what is not ours to write (see the module's comment); `Ok` when the connection may
-/// go ahead.
-pub(crate) async fn check(path: &Path, usage: SqliteUse) -> Result<(), StoreError> {
+/// The path and the query of a SQLite URL, as written (`sqlite://PATH?QUERY`).
+pub(crate) fn path_in(url: &str) -> (&str, &str) {
+    let rest = url.trim_start_matches("sqlite:");
+    let rest = rest.strip_prefix("//").unwrap_or(rest);
+    rest.split_once('?').unwrap_or((rest, ""))
+}
+
+/// Whether a SQLite URL names an in-memory database (`sqlite::memory:`, `sqlite://`,
+/// `?mode=memory`), which has no file and lasts only as long as its connections.
+fn is_in_memory(url: &str) -> bool {
+    let (path, query) = path_in(url);
+    path.is_empty()
+        || path == ":memory:"
+        || path.starts_with("file::memory:")
+        || query.split('&').any(|p| p == "mode=memory")
+}
+
+/// Refuses what is not ours to write (see the module's comment), and a database with no file;
+/// `Ok` when the connection to `path`, the file `url` names, may go ahead.
+pub(crate) async fn check(url: &str, path: &Path, usage: SqliteUse) -> Result<(), StoreError> {
+    if is_in_memory(url) {
+        return Err(StoreError::Config(
+            "an in-memory SQLite database (sqlite::memory:, or a URL with no path) lasts only \
+             as long as the command that opens it: point DATABASE_URL at a file \
+             (sqlite://package-executor.db)"
+                .to_owned(),
+        ));
+    }
     let shown = path.display();
     let meta = match std::fs::metadata(path) {
         Ok(m) => m,

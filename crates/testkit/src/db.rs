@@ -110,6 +110,25 @@ pub async fn scalar(store: &Store, text: &str) -> i64 {
     }
 }
 
+/// Rows in the source tables, the snapshot tables and the pending index, in that order: what a
+/// command that must write nothing leaves as it was.
+pub async fn row_counts(store: &Store) -> Vec<i64> {
+    let mut out = Vec::new();
+    for table in [
+        "projects",
+        "package_installations",
+        "package_generations",
+        "materialized_revisions",
+        "tool_definition_snapshots",
+        "tool_definition_snapshot_sources",
+        "tool_definition_snapshot_rejections",
+        "pending_projects",
+    ] {
+        out.push(scalar(store, &format!("SELECT COUNT(*) FROM ql3.{table}")).await);
+    }
+    out
+}
+
 pub async fn import(store: &Store, bytes: &[u8]) -> sources::ImportReport {
     sources::import_bytes(store, bytes).await.expect("import")
 }

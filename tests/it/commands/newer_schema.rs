@@ -16,21 +16,9 @@ const REFUSES_WITHIN: Duration = Duration::from_secs(30);
 /// Every table a command could write, counted.
 async fn counts(url: &str) -> Vec<i64> {
     let store = db::connect(url).await;
-    let mut out = Vec::new();
-    for table in [
-        "projects",
-        "package_installations",
-        "package_generations",
-        "materialized_revisions",
-        "tool_definition_snapshots",
-        "tool_definition_snapshot_sources",
-        "tool_definition_snapshot_rejections",
-        "pending_projects",
-    ] {
-        out.push(db::scalar(&store, &format!("SELECT COUNT(*) FROM ql3.{table}")).await);
-    }
+    let counts = db::row_counts(&store).await;
     store.close().await;
-    out
+    counts
 }
 
 /// Migrates past this build, as a newer release's `migrate` would; returns the new version

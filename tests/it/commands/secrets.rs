@@ -418,23 +418,8 @@ async fn a_password_with_any_separator_reaches_no_output() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_password_reaches_any_output() {
-    // A server of its own: the shared one's other tests log in without passwords.
     let base = tempfile::tempdir().unwrap();
-    let cluster = pg::PgCluster::start_in(base.path().join("pg"), "");
-    // Password logins for everyone but the superuser the harness uses.
-    let hba = cluster.data_dir().join("pg_hba.conf");
-    std::fs::write(
-        &hba,
-        "local all all trust\nhost all postgres 127.0.0.1/32 trust\n\
-         host all all 127.0.0.1/32 scram-sha-256\n",
-    )
-    .unwrap();
-    let data = cluster.data_dir();
-    cluster.run("pg_ctl", &["-D", data.to_str().unwrap(), "reload"]);
-    let admin_url = cluster.url("postgres");
-    let admin = db::connect(&admin_url).await;
-    admin.migrate(true, None).await.unwrap();
-    db::import(&admin, db::DEMO).await;
+    let (_cluster, admin, db_name, port) = password_server(base.path()).await;
     for statement in [
         format!("CREATE ROLE leaky LOGIN PASSWORD '{SECRET}'"),
         "GRANT ql3_package_executor TO leaky".to_owned(),
@@ -442,14 +427,6 @@ async fn no_password_reaches_any_output() {
     ] {
         db::exec(&admin, &statement).await.unwrap();
     }
-    let db_name = admin_url.rsplit('/').next().unwrap().to_owned();
-    let port: u16 = admin_url
-        .split(':')
-        .nth(2)
-        .and_then(|p| p.split('/').next())
-        .unwrap()
-        .parse()
-        .unwrap();
 
     let (api_port, events) = sink(created).await;
     let dir = tempfile::tempdir().unwrap();

@@ -179,6 +179,22 @@ async fn ctrl_c_on_a_terminal(sqlite: bool) {
     assert_nothing_written_then_converges(&url).await;
 }
 
+/// `args` on `url` off a terminal (as in a pod), each attempt logged as it starts; the
+/// process, and its standard error's lines as they come.
+fn off_a_terminal(url: &str, args: &[&str]) -> (Child, Receiver<String>) {
+    let mut child = Command::new(executable())
+        .args(args)
+        .env("DATABASE_URL", url)
+        .env(SHOW_ATTEMPTS.0, SHOW_ATTEMPTS.1)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = lines_of(&mut child);
+    (child, lines)
+}
+
 /// Lines of a child's standard error as they come.
 fn lines_of(child: &mut Child) -> Receiver<String> {
     let stderr = child.stderr.take().unwrap();
@@ -238,16 +254,7 @@ fn finish(mut child: Child, lines: &Receiver<String>, seen: &mut Vec<String>) ->
 async fn sigterm_off_a_terminal(sqlite: bool) {
     let (url, _dir) = imported(sqlite).await;
     let mut hold = Hold::take(&url).await;
-    let mut child = Command::new(executable())
-        .args(run_args(&["--json"]))
-        .env("DATABASE_URL", &url)
-        .env(SHOW_ATTEMPTS.0, SHOW_ATTEMPTS.1)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let lines = lines_of(&mut child);
+    let (child, lines) = off_a_terminal(&url, &run_args(&["--json"]));
     let mut seen = Vec::new();
     wait_for_line(&lines, &mut seen, "attempt started");
     hold.until_waited_for().await;
@@ -280,16 +287,10 @@ async fn sigterm_off_a_terminal(sqlite: bool) {
 async fn a_second_signal_ends_it_at_once() {
     let (url, _dir) = imported(false).await;
     let mut hold = Hold::take(&url).await;
-    let mut child = Command::new(executable())
-        .args(["run", "--shutdown-grace", "10m", "--lock-timeout", "10m"])
-        .env("DATABASE_URL", &url)
-        .env(SHOW_ATTEMPTS.0, SHOW_ATTEMPTS.1)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let lines = lines_of(&mut child);
+    let (child, lines) = off_a_terminal(
+        &url,
+        &["run", "--shutdown-grace", "10m", "--lock-timeout", "10m"],
+    );
     let mut seen = Vec::new();
     wait_for_line(&lines, &mut seen, "attempt started");
     hold.until_waited_for().await;
