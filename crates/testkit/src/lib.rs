@@ -1,7 +1,8 @@
 //! What package-executor's tests, benches and fuzz targets share, as one library instead of
 //! files included by path: a throwaway PostgreSQL server ([`pg`]), storage helpers ([`db`]),
-//! fixtures, builders of pure-core inputs ([`inputs`]), the chart as helm renders it ([`helm`])
-//! and the API server's rules ([`k8s_rules`]), the fault scenarios' harness ([`chaos`],
+//! fixtures, builders of pure-core inputs ([`inputs`]), the chart as helm renders it ([`helm`]),
+//! the API server's rules ([`k8s_rules`]), a real cluster as the end-to-end tier drives it
+//! ([`cluster`]), the fault scenarios' harness ([`chaos`],
 //! [`actors`], [`patroni`]) and the fuzz targets' bodies ([`fuzz_targets`]).
 //!
 //! Test code: a failed step panics with what went wrong, so `unwrap` and `expect` are the point.
@@ -14,6 +15,7 @@
 
 pub mod actors;
 pub mod chaos;
+pub mod cluster;
 pub mod db;
 pub mod fixtures;
 pub mod fuzz_targets;

@@ -55,13 +55,15 @@ fn triggered_rules(d: &[Value]) -> Vec<String> {
         "a-publication-with-a-long-name-1234567890",
         Some("ns"),
     );
+    let job = serde_json::to_value(&job).unwrap();
+    helm::record(&serde_json::to_string(&job).unwrap());
     let account = d
         .iter()
         .find(|x| x["metadata"]["labels"]["app.kubernetes.io/component"] == "release-trigger")
         .and_then(|x| x["spec"]["template"]["spec"]["serviceAccountName"].as_str())
         .unwrap_or("default")
         .to_owned();
-    k8s_rules::check_triggered(&serde_json::to_value(&job).unwrap(), d, &account)
+    k8s_rules::check_triggered(&job, d, &account)
 }
 
 /// The Job `trigger --from-cronjob` makes of a rendered recovery CronJob, as the cluster returns
@@ -229,6 +231,7 @@ fn assert_run_job(spec: &JobSpec, memory: &str) {
 fn run_helm(args: &[&str]) -> String {
     let out = run(Command::new(tool("helm")).args(args).current_dir(root()));
     if args.first() == Some(&"template") {
+        helm::record(&out);
         let d = docs(&out);
         let mut broken = k8s_rules::check_shape(&d);
         broken.extend(triggered_rules(&d));
@@ -904,35 +907,56 @@ fn trigger_submits_the_charts_recovery_job() {
 #[test]
 fn the_values_schema_refuses_unknown_keys_and_wrong_types() {
     for (set, says) in [
-        ("run.shard=2", "Additional property shard is not allowed"),
+        ("run.shard=2", "additional properties 'shard' not allowed"),
         (
             "sweep.enabld=true",
-            "Additional property enabld is not allowed",
+            "at '/sweep': additional properties 'enabld' not allowed",
         ),
-        ("run.shards=two", "Expected: integer"),
-        ("database.tls.sslmode=verify_full", "database.tls.sslmode"),
+        (
+            "run.shards=two",
+            "at '/run/shards': got string, want integer",
+        ),
+        (
+            "database.tls.sslmode=verify_full",
+            "at '/database/tls/sslmode'",
+        ),
         // Kubernetes' own objects, field by field: a typo is an error, not a silent no-op.
         (
             "securityContext.runAsNonroot=true",
-            "Additional property runAsNonroot is not allowed",
+            "additional properties 'runAsNonroot' not allowed",
         ),
-        ("podSecurityContext.runAsUser=abc", "Expected: integer"),
-        ("resources.requests.cpu=lots", "resources.requests.cpu"),
+        (
+            "podSecurityContext.runAsUser=abc",
+            "at '/podSecurityContext/runAsUser': got string, want integer",
+        ),
+        (
+            "resources.requests.cpu=lots",
+            "at '/resources/requests/cpu'",
+        ),
         (
             "migration.resources.limit.memory=1Gi",
-            "Additional property limit is not allowed",
+            "at '/migration/resources': additional properties 'limit' not allowed",
         ),
         (
             "affinity.nodeAfinity.x=1",
-            "Additional property nodeAfinity is not allowed",
+            "at '/affinity': additional properties 'nodeAfinity' not allowed",
         ),
-        ("tolerations[0].operator=Maybe", "tolerations.0.operator"),
+        (
+            "tolerations[0].operator=Maybe",
+            "at '/tolerations/0/operator'",
+        ),
         // Values that contradict each other.
-        ("database.create=true", "Must validate \"then\""),
-        ("database.existingSecret=", "Must validate \"then\""),
+        (
+            "database.create=true",
+            "at '/database/executorUrl': minLength",
+        ),
+        (
+            "database.existingSecret=",
+            "at '/database/existingSecret': minLength",
+        ),
         (
             "sweep.enabled=true,sweep.schedule=",
-            "Must validate \"then\"",
+            "at '/sweep/schedule': minLength",
         ),
     ] {
         let out = helm::template_output(&["--set", set]);

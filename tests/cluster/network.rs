@@ -1,0 +1,151 @@
+//! No packet leaves the machine. `scripts/cluster.sh` runs the cluster, and these tests, in a
+//! network namespace whose only links are its loopback, the pods' bridge and the pods' veth
+//! pairs, and whose only routes are the node's address and the pods' range: there is no way
+//! out, so a connection to an address outside every range, or to a Service that a missing rule
+//! would leave un-translated, fails at once, from the node and from a pod. A Service with an
+//! endpoint answers, so the rules are there when they should be.
+
+use std::io::ErrorKind;
+use std::net::{SocketAddr, TcpStream};
+use std::process::Command;
+use std::time::Duration;
+
+use package_executor_testkit::cluster::{BUSYBOX, Namespace, RESTRICTED, RESTRICTED_CONTAINER};
+
+/// TEST-NET-1 (RFC 5737): outside the cluster's ranges and every other.
+const OUTSIDE: &str = "192.0.2.1";
+
+fn ip(args: &[&str]) -> String {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .expect("ip (iproute2)");
+    assert!(out.status.success(), "ip {args:?}: {out:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+#[ignore = "needs a cluster: scripts/test.sh cluster"]
+fn the_clusters_network_has_no_route_off_the_machine() {
+    let routes = ip(&["-4", "route", "show", "table", "all"]);
+    for route in routes.lines() {
+        assert!(!route.starts_with("default"), "a default route: {routes}");
+        assert!(
+            route.contains(" dev lo ") || route.contains(" dev cni0 "),
+            "a route through another link: {route}\n{routes}"
+        );
+    }
+    let links = ip(&["-o", "link", "show"]);
+    for link in links.lines() {
+        let name = link.split(": ").nth(1).unwrap().split('@').next().unwrap();
+        assert!(
+            name == "lo" || name == "cni0" || name.starts_with("veth"),
+            "a link that could lead off the machine: {link}"
+        );
+        if name.starts_with("veth") {
+            // Each veth's peer is a pod's, in a namespace of the cluster's own.
+            assert!(
+                link.contains("link-netns") || link.contains("link-netnsid"),
+                "{link}"
+            );
+        }
+    }
+    let six = ip(&["-6", "route", "show", "table", "main"]);
+    assert!(!six.lines().any(|r| r.starts_with("default")), "{six}");
+}
+
+fn connect(address: &str) -> std::io::Result<TcpStream> {
+    let to: SocketAddr = address.parse().unwrap();
+    TcpStream::connect_timeout(&to, Duration::from_secs(5))
+}
+
+fn pod(ns: &Namespace, name: &str, labels: &str, script: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: {}
+  labels: {{{labels}}}
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  {RESTRICTED}
+  containers:
+    - name: main
+      image: {BUSYBOX}
+      imagePullPolicy: Never
+      command: ["sh", "-c", {script:?}]
+      {RESTRICTED_CONTAINER}
+"#,
+        ns.name
+    )
+}
+
+#[test]
+#[ignore = "needs a cluster: scripts/test.sh cluster"]
+fn connections_out_of_every_range_fail_at_once_from_the_node_and_from_a_pod() {
+    let ns = Namespace::new("net-egress");
+    // A Service with an endpoint (the positive control), and one with none.
+    ns.apply(&pod(
+        &ns,
+        "server",
+        "app: server",
+        "mkdir -p /tmp/www && echo served > /tmp/www/index.html && exec httpd -f -p 8080 -h /tmp/www",
+    ));
+    ns.apply(
+        "apiVersion: v1\nkind: Service\nmetadata: {name: served}\nspec:\n  selector: {app: server}\n  ports: [{port: 80, targetPort: 8080}]\n---\napiVersion: v1\nkind: Service\nmetadata: {name: nobody}\nspec:\n  selector: {app: nobody}\n  ports: [{port: 80}]\n",
+    );
+    ns.wait("pod/server", "condition=Ready", "120s");
+    let served = ns.kubectl(&[
+        "get",
+        "service",
+        "served",
+        "-o",
+        "jsonpath={.spec.clusterIP}",
+    ]);
+    let nobody = ns.kubectl(&[
+        "get",
+        "service",
+        "nobody",
+        "-o",
+        "jsonpath={.spec.clusterIP}",
+    ]);
+
+    // From the node: no route to either, and the error comes back at once.
+    for address in [format!("{OUTSIDE}:80"), format!("{nobody}:80")] {
+        let err = connect(&address).expect_err(&address);
+        assert_eq!(
+            err.kind(),
+            ErrorKind::NetworkUnreachable,
+            "{address}: {err}"
+        );
+    }
+
+    // From a pod: the Service with an endpoint answers; the other two fail without a timeout.
+    ns.apply(&pod(
+        &ns,
+        "client",
+        "app: client",
+        &format!(
+            "printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 10 {served} 80 && echo SERVED; \
+             nc -w 5 {nobody} 80 </dev/null; echo NOBODY=$?; \
+             nc -w 5 {OUTSIDE} 80 </dev/null; echo OUTSIDE=$?"
+        ),
+    ));
+    ns.wait("pod/client", "jsonpath={.status.phase}=Succeeded", "120s");
+    let log = ns.kubectl(&["logs", "client"]);
+    assert!(
+        log.contains("200 OK") && log.contains("served\nSERVED"),
+        "{log}"
+    );
+    assert!(log.contains("NOBODY=1"), "{log}");
+    assert!(log.contains("OUTSIDE=1"), "{log}");
+    // Refused or unreachable, never a timeout: a packet that found a way out would wait.
+    for line in log.lines().filter(|l| l.starts_with("nc:")) {
+        assert!(
+            line.contains("refused") || line.contains("unreachable"),
+            "{line}\n{log}"
+        );
+    }
+}

@@ -1,0 +1,97 @@
+//! Every render the chart tests make, judged by the real API server: `scripts/test.sh cluster`
+//! runs the chart tests with `PE_CHART_RENDERS` set (each distinct render, and each Job
+//! `trigger` makes of a rendered recovery template, is kept as a file), then this test creates
+//! each one with a server-side dry run in a namespace that enforces the `restricted` Pod
+//! Security level: validation, defaulting, every admission plugin the cluster runs
+//! (scripts/cluster.sh names them) and Pod Security's warnings for the pod templates of Jobs
+//! and CronJobs, which it only warns about (it enforces on Pods), so a warning fails too.
+
+use std::path::PathBuf;
+
+use package_executor_testkit::cluster::{self, Namespace};
+use package_executor_testkit::helm;
+use serde_json::Value;
+
+/// The PrometheusRule kind, for the renders that enable it: no prometheus-operator runs here, and
+/// its CRD's schema is not in any module this repository builds, so the API server checks only
+/// what it checks of any object (its name, labels and annotations), and promtool checks the
+/// rules themselves (tests/it/chart/alerts.rs).
+const PROMETHEUS_RULE_CRD: &str = r#"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: prometheusrules.monitoring.coreos.com
+spec:
+  group: monitoring.coreos.com
+  scope: Namespaced
+  names: {kind: PrometheusRule, listKind: PrometheusRuleList, plural: prometheusrules, singular: prometheusrule}
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema:
+          type: object
+          x-kubernetes-preserve-unknown-fields: true
+"#;
+
+fn renders() -> Vec<PathBuf> {
+    let dir = std::env::var_os(helm::RENDERS_ENV).unwrap_or_else(|| {
+        panic!(
+            "{} is not set: scripts/test.sh cluster runs the chart tests with it first",
+            helm::RENDERS_ENV
+        )
+    });
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{dir:?}: {e}"))
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+#[ignore = "needs a cluster: scripts/test.sh cluster"]
+fn every_chart_render_passes_the_api_server() {
+    let files = renders();
+    assert!(files.len() > 20, "only {} renders were kept", files.len());
+    cluster::kubectl_in(&["apply", "-f", "-"], PROMETHEUS_RULE_CRD);
+    cluster::kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/prometheusrules.monitoring.coreos.com",
+        "--timeout=60s",
+    ]);
+    let ns = Namespace::new("renders");
+    ns.kubectl(&[
+        "label",
+        "namespace",
+        &ns.name,
+        "pod-security.kubernetes.io/warn=restricted",
+    ]);
+
+    let mut judged = 0;
+    let mut refused = Vec::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        let mut objects = helm::objects(&text);
+        for object in &mut objects {
+            object["metadata"]["namespace"] = Value::String(ns.name.clone());
+        }
+        let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objects});
+        let out = ns.kubectl_output(
+            &["create", "--dry-run=server", "-o", "name", "-f", "-"],
+            Some(&list.to_string()),
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if !out.status.success() || stderr.contains("Warning") {
+            refused.push(format!("{}:\n{stderr}", file.display()));
+        }
+        judged += 1;
+    }
+    eprintln!("the API server judged {judged} renders");
+    assert!(
+        refused.is_empty(),
+        "the API server refused:\n{}",
+        refused.join("\n")
+    );
+}
