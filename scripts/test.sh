@@ -260,9 +260,24 @@ cluster_tier() {
   export PE_CHART_RENDERS="$dir-renders"
   rm -rf "$PE_CHART_RENDERS"
   cargo test --locked --test it -- chart:: commands::trigger >/dev/null
+  # The images the chart's pods run: the product's (the image tier's build, cached under
+  # .tools/containers) and a PostgreSQL with the official image's interface.
+  local images="$TARGET_DIR/cluster-images"
+  mkdir -p "$images"
+  (
+    source scripts/image-env.sh
+    image=$(image_isolated ./scripts/image-build.sh)
+    rm -f "$images/product.tar"
+    image_isolated podman save --quiet --format docker-archive -o "$images/product.tar" "$image"
+    echo "$image" >"$images/product.name"
+  )
+  export PE_IMAGE PE_POSTGRES_IMAGE=example.local/postgres:15
+  PE_IMAGE=$(cat "$images/product.name")
+  ./scripts/cluster/postgres-image.sh "$images/postgres.tar" "$PE_POSTGRES_IMAGE"
   local tables_before
   tables_before=$(nft list tables 2>/dev/null | sort)
   if ! ./scripts/cluster.sh up "$dir" \
+    || ! ./scripts/cluster.sh load "$dir" "$images/product.tar" "$images/postgres.tar" \
     || ! ./scripts/cluster.sh exec "$dir" \
       cargo test --locked --test cluster -- --ignored --test-threads=2; then
     for log in "$dir"/logs/*.log; do

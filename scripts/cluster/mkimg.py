@@ -2,7 +2,7 @@
 """Writes a one-layer docker-archive image that `ctr images import` takes, from files or a root
 folder, with no registry and no container engine:
 
-    mkimg.py OUT.tar NAME:TAG ENTRYPOINT SRC[:DST] ...
+    mkimg.py OUT.tar NAME:TAG ENTRYPOINT [--env=K=V]... [--user=UID] [--stop-signal=SIG] SRC[:DST] ...
 
 SRC alone lands at /basename(SRC); SRC:DST at DST; a folder with DST "/" becomes the root.
 Owners are root and times zero, so the same inputs give the same image."""
@@ -22,7 +22,11 @@ def norm(info):
 
 
 def main():
-    out, ref, entry, sources = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+    out, ref, entry, rest = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+    env = [a[len("--env="):] for a in rest if a.startswith("--env=")]
+    user = next((a[len("--user="):] for a in rest if a.startswith("--user=")), None)
+    stop = next((a[len("--stop-signal="):] for a in rest if a.startswith("--stop-signal=")), None)
+    sources = [a for a in rest if not a.startswith("--")]
     layer_bytes = io.BytesIO()
     with tarfile.open(fileobj=layer_bytes, mode="w", format=tarfile.PAX_FORMAT) as layer:
         for source in sources:
@@ -38,7 +42,12 @@ def main():
     config = json.dumps({
         "architecture": "amd64",
         "os": "linux",
-        "config": {"Entrypoint": [entry] if entry else None},
+        "config": {k: v for k, v in {
+            "Entrypoint": [entry] if entry else None,
+            "Env": env or None,
+            "User": user,
+            "StopSignal": stop,
+        }.items() if v is not None},
         "rootfs": {"type": "layers", "diff_ids": ["sha256:" + layer_sha]},
     }).encode()
     config_sha = hashlib.sha256(config).hexdigest()

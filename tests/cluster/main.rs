@@ -6,6 +6,7 @@
 //! in a namespace of its own.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod chart;
 mod network;
 mod renders;
 mod smoke;

@@ -1,0 +1,347 @@
+//! The chart as a platform team installs it: with its development PostgreSQL StatefulSet and
+//! `migration.createRoles`, the migration hook, the control plane's import of the demo fixture,
+//! a publication (`helm upgrade`) whose trigger hook creates the recovery Job from the chart's
+//! template, that Job's pods and what an operator reads of them (termination messages, the
+//! `RunSummary` Event), and the consumer's view afterwards.
+//!
+//! The images are the product's (`PE_IMAGE`, the image tier's build) and a PostgreSQL with the
+//! official image's interface (`PE_POSTGRES_IMAGE`, scripts/cluster/postgres-image.sh), both
+//! imported into the cluster by `scripts/test.sh cluster`.
+
+use package_executor_testkit::cluster::{self, Namespace};
+use package_executor_testkit::helm;
+use serde_json::Value;
+
+const RELEASE: &str = "pe";
+
+fn image() -> (String, String) {
+    let image = std::env::var("PE_IMAGE")
+        .unwrap_or_else(|_| panic!("PE_IMAGE is not set: scripts/test.sh cluster sets it"));
+    let (repository, tag) = image.rsplit_once(':').expect("PE_IMAGE is REPOSITORY:TAG");
+    (repository.to_owned(), tag.to_owned())
+}
+
+fn postgres_image() -> String {
+    std::env::var("PE_POSTGRES_IMAGE")
+        .unwrap_or_else(|_| panic!("PE_POSTGRES_IMAGE is not set: scripts/test.sh cluster sets it"))
+}
+
+/// `helm ARGS -n NAMESPACE`, which must succeed.
+fn helm(ns: &Namespace, args: &[&str]) -> String {
+    let out = std::process::Command::new(helm::bin())
+        .args(args)
+        .args(["--namespace", &ns.name])
+        .current_dir(helm::root())
+        .output()
+        .expect("helm");
+    assert!(
+        out.status.success(),
+        "helm {args:?} failed:\n{}{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        ns.describe()
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The values every install here uses, and EXTRA.
+fn values(extra: &[&str]) -> Vec<String> {
+    let (repository, tag) = image();
+    let mut v: Vec<String> = [
+        format!("image.repository={repository}"),
+        format!("image.tag={tag}"),
+        "image.pullPolicy=Never".to_owned(),
+        "postgresql.enabled=true".to_owned(),
+        format!("postgresql.image={}", postgres_image()),
+        "postgresql.storage=64Mi".to_owned(),
+        "migration.createRoles=true".to_owned(),
+        "database.existingSecret=".to_owned(),
+    ]
+    .into_iter()
+    .flat_map(|s| ["--set".to_owned(), s])
+    .collect();
+    v.extend(extra.iter().map(|s| (*s).to_owned()));
+    v
+}
+
+fn upgrade(ns: &Namespace, extra: &[&str]) {
+    let mut args: Vec<String> = ["upgrade", "--install", RELEASE, "charts/package-executor"]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+    args.extend(values(extra));
+    args.extend(["--wait", "--timeout", "5m"].map(str::to_owned));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    helm(ns, &args);
+}
+
+/// The database Secret the chart made (its `migrate-url` and `executor-url`).
+fn db_secret(ns: &Namespace) -> String {
+    let names = ns.kubectl(&[
+        "get",
+        "secret",
+        "-l",
+        &format!("app.kubernetes.io/instance={RELEASE}"),
+        "-o",
+        "jsonpath={.items[*].metadata.name}",
+    ]);
+    names
+        .split_whitespace()
+        .find(|n| n.ends_with("-db"))
+        .unwrap_or_else(|| panic!("no database Secret among {names}"))
+        .to_owned()
+}
+
+/// Runs the product's image once in a pod (restricted, read-only root) with ARGS and
+/// `DATABASE_URL` from the Secret's KEY; its exit code and log.
+fn run_once(ns: &Namespace, name: &str, key: &str, args: &[&str]) -> (i64, String) {
+    let (repository, tag) = image();
+    let pod = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "restartPolicy": "Never",
+            "securityContext": {
+                "runAsNonRoot": true, "runAsUser": 65532,
+                "seccompProfile": {"type": "RuntimeDefault"}
+            },
+            "containers": [{
+                "name": "main",
+                "image": format!("{repository}:{tag}"),
+                "imagePullPolicy": "Never",
+                "args": args,
+                "env": [{"name": "DATABASE_URL", "valueFrom": {"secretKeyRef": {
+                    "name": db_secret(ns), "key": key}}}],
+                "securityContext": {
+                    "allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,
+                    "capabilities": {"drop": ["ALL"]}
+                }
+            }]
+        }
+    });
+    ns.apply(&pod.to_string());
+    let pod_ref = format!("pod/{name}");
+    ns.wait(
+        &pod_ref,
+        "jsonpath={.status.containerStatuses[0].state.terminated.reason}",
+        "180s",
+    );
+    let code = ns.kubectl(&[
+        "get",
+        &pod_ref,
+        "-o",
+        "jsonpath={.status.containerStatuses[0].state.terminated.exitCode}",
+    ]);
+    let log = ns.kubectl(&["logs", &pod_ref]);
+    ns.kubectl(&["delete", &pod_ref, "--wait=false"]);
+    (code.trim().parse().unwrap(), log)
+}
+
+/// The newest recovery Job of the release.
+fn newest_recovery_job(ns: &Namespace) -> String {
+    ns.kubectl(&[
+        "get",
+        "jobs",
+        "-l",
+        "app.kubernetes.io/component=snapshot-recovery",
+        "--sort-by=.metadata.creationTimestamp",
+        "-o",
+        "jsonpath={.items[-1:].metadata.name}",
+    ])
+}
+
+/// Installs the release with EXTRA values, imports the demo fixture as the control plane
+/// would, and publishes (`helm upgrade`): the recovery Job the upgrade's hook created, once it
+/// completed, and the run summaries of its pods (their termination messages).
+fn install_import_publish(ns: &Namespace, extra: &[&str]) -> (String, Vec<Value>) {
+    let mut install = vec!["--set", "publicationId=e2e-install"];
+    install.extend_from_slice(extra);
+    upgrade(ns, &install);
+    // The install's own recovery Job (nothing to do yet) ends before anything is imported, so
+    // that the publication's Job is the one that builds.
+    let first = newest_recovery_job(ns);
+    assert!(!first.is_empty(), "the install created no recovery Job");
+    ns.wait(&format!("job/{first}"), "condition=Complete", "300s");
+
+    // The control plane publishes: the demo fixture, imported with the owner's login.
+    let (code, log) = run_once(
+        ns,
+        "import-demo",
+        "migrate-url",
+        &[
+            "sources",
+            "import",
+            "/usr/share/package-executor/demo-fixture.json",
+        ],
+    );
+    assert_eq!(code, 0, "{log}");
+
+    // A publication: the upgrade's hook creates the recovery Job from the template.
+    let before = newest_recovery_job(ns);
+    let mut publish = vec!["--set", "publicationId=e2e-publish"];
+    publish.extend_from_slice(extra);
+    upgrade(ns, &publish);
+    let job = newest_recovery_job(ns);
+    assert_ne!(job, before, "the upgrade created no recovery Job");
+    let annotation = ns.kubectl(&[
+        "get",
+        &format!("job/{job}"),
+        "-o",
+        "jsonpath={.metadata.annotations.qinglong\\.io/publication-id}",
+    ]);
+    assert_eq!(annotation, "e2e-publish");
+    ns.wait(&format!("job/{job}"), "condition=Complete", "300s");
+
+    // Each of its pods' termination message is the run summary.
+    let pods = cluster::get_json(&["-n", &ns.name, "pods", "-l", &format!("job-name={job}")]);
+    let summaries: Vec<Value> = pods["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|pod| {
+            let message = pod["status"]["containerStatuses"][0]["state"]["terminated"]["message"]
+                .as_str()
+                .unwrap_or_else(|| panic!("no termination message: {pod}"));
+            let summary: Value = serde_json::from_str(message).unwrap();
+            assert_eq!(
+                summary["schema"], "package-executor/run-summary@v1",
+                "{summary}"
+            );
+            assert_eq!(summary["exitCode"], 0, "{summary}");
+            summary
+        })
+        .collect();
+    assert!(!summaries.is_empty(), "no pods of {job}");
+    (job, summaries)
+}
+
+/// What the consumer reads: every demo project but the rejected one is current, through the
+/// executor's login; and every stored snapshot verifies.
+fn assert_converged(ns: &Namespace) {
+    for (project, want) in [
+        ("demo-1", 0),
+        ("demo-2", 0),
+        ("demo-empty", 0),
+        ("demo-rejected", 4),
+    ] {
+        let (code, log) = run_once(
+            ns,
+            &format!("current-{project}"),
+            "executor-url",
+            &["current", project, "--json"],
+        );
+        assert_eq!(code, want, "current {project}: {log}");
+    }
+    let (code, log) = run_once(ns, "verify", "migrate-url", &["verify"]);
+    assert_eq!(code, 0, "verify: {log}");
+}
+
+fn published(summaries: &[Value]) -> u64 {
+    summaries
+        .iter()
+        .map(|s| s["published"].as_u64().unwrap())
+        .sum()
+}
+
+#[test]
+#[ignore = "needs a cluster: scripts/test.sh cluster"]
+fn the_chart_installs_publishes_and_every_project_converges() {
+    let ns = Namespace::new("e2e");
+    let (job, summaries) = install_import_publish(&ns, &[]);
+    assert_eq!(summaries.len(), 1, "{summaries:?}");
+    assert_eq!(published(&summaries), 3, "{summaries:?}");
+
+    // The Job carries the run's Event.
+    let events = ns.kubectl(&[
+        "get",
+        "events.events.k8s.io",
+        "--field-selector",
+        &format!("regarding.name={job},reason=RunSummary"),
+        "-o",
+        "jsonpath={.items[*].note}",
+    ]);
+    assert!(
+        events.contains("package-executor/run-summary@v1"),
+        "{events}"
+    );
+    assert_converged(&ns);
+}
+
+#[test]
+#[ignore = "needs a cluster: scripts/test.sh cluster"]
+fn three_shards_run_as_an_indexed_job_and_each_project_is_published_once() {
+    let ns = Namespace::new("e2e-shards");
+    let (job, summaries) = install_import_publish(&ns, &["--set", "run.shards=3"]);
+    let mode = ns.kubectl(&[
+        "get",
+        &format!("job/{job}"),
+        "-o",
+        "jsonpath={.spec.completionMode}",
+    ]);
+    assert_eq!(mode, "Indexed");
+    let mut shards: Vec<String> = summaries.iter().map(|s| s["shard"].to_string()).collect();
+    shards.sort();
+    assert_eq!(shards.len(), 3, "every shard's pod ran: {summaries:?}");
+    shards.dedup();
+    assert_eq!(shards.len(), 3, "three distinct shards: {summaries:?}");
+    assert_eq!(published(&summaries), 3, "each project once: {summaries:?}");
+    assert_converged(&ns);
+}
+
+/// The recovery template's memory limit, which follows `run.concurrency` (docs/contract.md,
+/// "Memory": 32 MiB + the budget + 25 MiB a worker).
+fn recovery_memory_limit(ns: &Namespace) -> String {
+    ns.kubectl(&[
+        "get",
+        "cronjob",
+        "-l",
+        "app.kubernetes.io/component=snapshot-recovery",
+        "-o",
+        "jsonpath={.items[0].spec.jobTemplate.spec.template.spec.containers[0].resources.limits.memory}",
+    ])
+}
+
+#[test]
+#[ignore = "needs a cluster: scripts/test.sh cluster"]
+fn upgrade_rollback_and_uninstall_leave_only_the_claim() {
+    let ns = Namespace::new("e2e-life");
+    upgrade(&ns, &[]);
+    assert_eq!(recovery_memory_limit(&ns), "228Mi");
+    upgrade(&ns, &["--set", "run.concurrency=2"]);
+    assert_eq!(recovery_memory_limit(&ns), "178Mi");
+    helm(
+        &ns,
+        &["rollback", RELEASE, "1", "--wait", "--timeout", "5m"],
+    );
+    assert_eq!(recovery_memory_limit(&ns), "228Mi");
+    let history = helm(&ns, &["history", RELEASE, "-o", "json"]);
+    let history: Value = serde_json::from_str(&history).unwrap();
+    assert_eq!(history.as_array().unwrap().len(), 3, "{history}");
+
+    helm(&ns, &["uninstall", RELEASE, "--wait", "--timeout", "5m"]);
+    // Jobs made from the recovery template go with it, by their owner (the garbage collector).
+    let jobs = ns.kubectl(&["get", "jobs", "-o", "name"]);
+    for job in jobs.lines() {
+        ns.wait(job, "delete", "120s");
+    }
+    let kinds = cluster::kubectl(&[
+        "api-resources",
+        "--verbs=list",
+        "--namespaced",
+        "-o",
+        "name",
+    ]);
+    let kinds: Vec<&str> = kinds.lines().filter(|k| !k.starts_with("events")).collect();
+    let left = ns.kubectl(&["get", &kinds.join(","), "-o", "name"]);
+    let left: Vec<&str> = left
+        .lines()
+        // What every namespace has, made by its controllers, not by the release.
+        .filter(|o| *o != "serviceaccount/default" && *o != "configmap/kube-root-ca.crt")
+        .collect();
+    assert_eq!(left.len(), 1, "left after uninstall: {left:?}");
+    assert!(
+        left[0].starts_with("persistentvolumeclaim/data-"),
+        "the development database's claim stays (docs/operations.md): {left:?}"
+    );
+}
