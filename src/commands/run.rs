@@ -36,9 +36,8 @@ async fn run_coordinator(
     cli: &Cli,
     settings: RunSettings,
     store: crate::store::Store,
+    stop: Stop,
 ) -> RunReport {
-    let stop = Stop::default();
-    stop.arm(settings.deadline, cli.shutdown_grace);
     let abandoned = stop.clone();
     tracing::info!(
         shard_index = settings.shard.index,
@@ -182,13 +181,31 @@ pub async fn run(cli: &Cli, args: &RunArgs) -> anyhow::Result<Exit> {
     let shard = Shard { index, count };
     let started = std::time::Instant::now();
     let pool = run_pool_size(cli, args.concurrency as usize);
-    let connected = connect_migrated(cli, pool).await;
+    let settings = settings(args, shard);
+    // Signals are watched from the start, not once connected: in a container the executor is
+    // PID 1, which the kernel gives no default action for SIGTERM, so a stop that came while
+    // it connected would be lost, and the run would take work after the pod was told to end.
+    let stop = Stop::default();
+    stop.arm(settings.deadline, cli.shutdown_grace);
+    let connected = tokio::select! {
+        connected = connect_migrated(cli, pool) => Some(connected),
+        () = stop.wait() => None,
+    };
     let summary = match connected {
-        Ok(store) => {
-            let report = run_coordinator(cli, settings(args, shard), store).await;
+        None => {
+            tracing::warn!(
+                "stopped before the run took any work: whatever is pending stays pending for the next run"
+            );
+            let mut s = RunSummary::new(shard);
+            s.elapsed_ms = started.elapsed().as_millis() as u64;
+            s.exit_code = Exit::Unresolved;
+            s
+        }
+        Some(Ok(store)) => {
+            let report = run_coordinator(cli, settings, store, stop).await;
             report.summary
         }
-        Err(e) => {
+        Some(Err(e)) => {
             // Still write a truthful summary: nothing was done, the database is unavailable.
             tracing::error!(error = %format!("{e:#}"), "cannot start the run");
             eprintln!("error: {}", crate::store::redact_text(&format!("{e:#}")));
@@ -323,7 +340,9 @@ pub async fn demo(cli: &Cli) -> anyhow::Result<Exit> {
         imported.projects,
         imported.inserted
     );
-    let report = run_coordinator(cli, settings, store).await;
+    let stop = Stop::default();
+    stop.arm(settings.deadline, cli.shutdown_grace);
+    let report = run_coordinator(cli, settings, store, stop).await;
     outln!("3. ran the executor in {} ms:\n", report.summary.elapsed_ms);
     outln!(
         "   {:<16} {:<16} {:<20} SNAPSHOT",

@@ -320,10 +320,11 @@ fn upgrade_rollback_and_uninstall_leave_only_the_claim() {
     assert_eq!(history.as_array().unwrap().len(), 3, "{history}");
 
     helm(&ns, &["uninstall", RELEASE, "--wait", "--timeout", "5m"]);
-    // Jobs made from the recovery template go with it, by their owner (the garbage collector).
-    let jobs = ns.kubectl(&["get", "jobs", "-o", "name"]);
-    for job in jobs.lines() {
-        ns.wait(job, "delete", "120s");
+    // Jobs made from the recovery template go with it, by their owner, and the StatefulSet's
+    // pod with the StatefulSet: the garbage collector deletes them after the uninstall.
+    let owned = ns.kubectl(&["get", "jobs,pods", "-o", "name"]);
+    for object in owned.lines() {
+        ns.wait(object, "delete", "120s");
     }
     let kinds = cluster::kubectl(&[
         "api-resources",
@@ -343,5 +344,222 @@ fn upgrade_rollback_and_uninstall_leave_only_the_claim() {
     assert!(
         left[0].starts_with("persistentvolumeclaim/data-"),
         "the development database's claim stays (docs/operations.md): {left:?}"
+    );
+}
+
+/// The development PostgreSQL's StatefulSet's name.
+fn postgres_statefulset(ns: &Namespace) -> String {
+    ns.kubectl(&[
+        "get",
+        "statefulset",
+        "-l",
+        "app.kubernetes.io/component=postgresql",
+        "-o",
+        "jsonpath={.items[0].metadata.name}",
+    ])
+}
+
+/// Sends SIGNAL to a pod's (first) container's main process from the node, through containerd:
+/// a container's own PID 1 ignores SIGSTOP sent from inside it. This needs the node's PID
+/// namespace and containerd's socket, which `scripts/cluster.sh exec` gives the tests.
+fn signal_container(ns: &Namespace, pod: &str, signal: &str) {
+    let id = ns.kubectl(&[
+        "get",
+        "pod",
+        pod,
+        "-o",
+        "jsonpath={.status.containerStatuses[0].containerID}",
+    ]);
+    let id = id
+        .strip_prefix("containerd://")
+        .expect("a containerd container");
+    let out = std::process::Command::new("ctr")
+        .args([
+            "--address",
+            "/run/containerd/containerd.sock",
+            "-n",
+            "k8s.io",
+            "task",
+            "ls",
+        ])
+        .output()
+        .expect("ctr");
+    let tasks = String::from_utf8_lossy(&out.stdout);
+    let pid = tasks
+        .lines()
+        .find(|l| l.starts_with(id))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .unwrap_or_else(|| panic!("no task {id} in:\n{tasks}"));
+    let status = std::process::Command::new("kill")
+        .args(["-s", signal, pid])
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill -s {signal} {pid}");
+}
+
+/// Waits until the Job has created a pod that reached Running, and gives its name.
+fn running_pod_of(ns: &Namespace, job: &str) -> String {
+    let selector = format!("job-name={job}");
+    // The Job controller creates the pod; wait for it to exist, then to run.
+    ns.wait(&format!("job/{job}"), "jsonpath={.status.active}=1", "120s");
+    let pod = ns.kubectl(&[
+        "get",
+        "pods",
+        "-l",
+        &selector,
+        "-o",
+        "jsonpath={.items[0].metadata.name}",
+    ]);
+    ns.wait(
+        &format!("pod/{pod}"),
+        "jsonpath={.status.phase}=Running",
+        "120s",
+    );
+    pod
+}
+
+#[test]
+#[ignore = "needs a cluster: scripts/test.sh cluster"]
+fn a_run_pod_and_the_database_pod_deleted_then_the_sweep_on_its_schedule() {
+    let ns = Namespace::new("e2e-faults");
+    upgrade(&ns, &["--set", "publicationId=e2e-install"]);
+    let first = newest_recovery_job(&ns);
+    ns.wait(&format!("job/{first}"), "condition=Complete", "300s");
+    let (code, log) = run_once(
+        &ns,
+        "import-demo",
+        "migrate-url",
+        &[
+            "sources",
+            "import",
+            "/usr/share/package-executor/demo-fixture.json",
+        ],
+    );
+    assert_eq!(code, 0, "{log}");
+
+    // The database stops answering (its postmaster stopped: connections are accepted and never
+    // served), so a recovery Job's pod is held mid-run, connecting; that pod is deleted while it
+    // runs. Then the database answers again, and the Job's next pod converges.
+    let postgres = postgres_statefulset(&ns);
+    let server = format!("{postgres}-0");
+    signal_container(&ns, &server, "STOP");
+    let cron = ns.kubectl(&[
+        "get",
+        "cronjob",
+        "-l",
+        "app.kubernetes.io/component=snapshot-recovery",
+        "-o",
+        "jsonpath={.items[0].metadata.name}",
+    ]);
+    ns.kubectl(&[
+        "create",
+        "job",
+        "recovery-by-hand",
+        &format!("--from=cronjob/{cron}"),
+    ]);
+    let doomed = running_pod_of(&ns, "recovery-by-hand");
+    // Gone only once its container ended: the database answers again after that.
+    ns.kubectl(&["delete", "pod", &doomed, "--wait=true", "--timeout=120s"]);
+    signal_container(&ns, &server, "CONT");
+    ns.wait("job/recovery-by-hand", "condition=Complete", "300s");
+    // The deleted pod stopped when told (exit 3, its summary said so: nothing taken), and the
+    // Job's next pod built everything.
+    let events = ns.kubectl(&[
+        "get",
+        "events.events.k8s.io",
+        "--field-selector",
+        "regarding.name=recovery-by-hand,reason=RunSummary",
+        "-o",
+        "jsonpath={range .items[*]}{.note}{\"\\n\"}{end}",
+    ]);
+    let codes: Vec<(i64, i64)> = events
+        .lines()
+        .map(|l| {
+            let s: Value = serde_json::from_str(l).unwrap();
+            (
+                s["exitCode"].as_i64().unwrap(),
+                s["published"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert!(
+        codes.contains(&(3, 0)),
+        "the deleted pod's summary: {events}"
+    );
+    assert!(codes.contains(&(0, 3)), "the next pod's summary: {events}");
+    assert_converged(&ns);
+
+    // The database's pod deleted: the StatefulSet brings it back with its data (demo-1 is still
+    // current), and the next publication publishes.
+    let uid = ns.kubectl(&[
+        "get",
+        "pod",
+        &format!("{postgres}-0"),
+        "-o",
+        "jsonpath={.metadata.uid}",
+    ]);
+    ns.kubectl(&["delete", "pod", &format!("{postgres}-0"), "--wait=true"]);
+    ns.wait(&format!("pod/{postgres}-0"), "condition=Ready", "180s");
+    let again = ns.kubectl(&[
+        "get",
+        "pod",
+        &format!("{postgres}-0"),
+        "-o",
+        "jsonpath={.metadata.uid}",
+    ]);
+    assert_ne!(uid, again, "the database's pod was recreated");
+    let (code, log) = run_once(&ns, "current-kept", "executor-url", &["current", "demo-1"]);
+    assert_eq!(code, 0, "the database kept its data: {log}");
+    let (code, log) = run_once(
+        &ns,
+        "remove-slack",
+        "migrate-url",
+        &[
+            "sources",
+            "remove",
+            "--project",
+            "demo-2",
+            "--package",
+            "@acme/slack",
+        ],
+    );
+    assert_eq!(code, 0, "{log}");
+    upgrade(&ns, &["--set", "publicationId=e2e-after-restart"]);
+    let job = newest_recovery_job(&ns);
+    ns.wait(&format!("job/{job}"), "condition=Complete", "300s");
+    let pods = cluster::get_json(&["-n", &ns.name, "pods", "-l", &format!("job-name={job}")]);
+    let message =
+        pods["items"][0]["status"]["containerStatuses"][0]["state"]["terminated"]["message"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+    let summary: Value = serde_json::from_str(&message).unwrap();
+    assert_eq!(summary["published"], 1, "demo-2 again: {summary}");
+
+    // The sweep CronJob on a one-minute schedule makes a Job that completes.
+    upgrade(
+        &ns,
+        &[
+            "--set",
+            "publicationId=e2e-after-restart",
+            "--set",
+            "sweep.enabled=true",
+            "--set-string",
+            "sweep.schedule=*/1 * * * *",
+        ],
+    );
+    let sweep = ns.kubectl(&[
+        "get",
+        "cronjob",
+        "-l",
+        "app.kubernetes.io/component=sweep",
+        "-o",
+        "jsonpath={.items[0].metadata.name}",
+    ]);
+    assert!(!sweep.is_empty(), "no sweep CronJob");
+    ns.wait(
+        &format!("cronjob/{sweep}"),
+        "jsonpath={.status.lastSuccessfulTime}",
+        "180s",
     );
 }

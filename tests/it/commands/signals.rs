@@ -320,6 +320,33 @@ fn sigterm_off_a_terminal_ends_a_sqlite_run_that_meets_a_locked_file() {
     pg::block_on(sigterm_off_a_terminal(true));
 }
 
+/// A stop that comes while the run is still connecting (here to a server that accepts the
+/// connection and never answers) ends it at once, before it takes any work: exit 3 and its
+/// summary. Signals are watched from the start: in a container the executor is PID 1, for
+/// which the kernel has no default action on SIGTERM, and a stop lost there let a pod told to
+/// end go on to build (found on the cluster tier, `tests/cluster/chart.rs`).
+#[test]
+fn sigterm_while_the_run_connects_ends_it_before_any_work() {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let url = format!("postgres://pe_executor:unused@127.0.0.1:{port}/db");
+    let (child, lines) = off_a_terminal(&url, &["run", "--json", "--connect-timeout", "5m"]);
+    // The run is connecting once its connection is here; it is never answered.
+    let (_held, _) = silent.accept().unwrap();
+    kill(child.id(), "TERM");
+    let mut seen = Vec::new();
+    let (code, stdout) = finish(child, &lines, &mut seen);
+    assert_eq!(code, 3, "{stdout}\n{seen:#?}");
+    let summary: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(summary["exitCode"], 3, "{summary}");
+    assert_eq!(summary["projectsScanned"], 0, "{summary}");
+    assert!(
+        seen.iter()
+            .any(|l| l.contains("stopped before the run took any work")),
+        "{seen:#?}"
+    );
+}
+
 /// The `pg` tier's half: runs that hang. (A second signal needs a run that outlives the first:
 /// on SQLite, none does.)
 mod on_postgres {
