@@ -259,7 +259,11 @@ cluster_tier() {
   # (tests/cluster/renders.rs).
   export PE_CHART_RENDERS="$dir-renders"
   rm -rf "$PE_CHART_RENDERS"
-  cargo test --locked --test it -- chart:: commands::trigger >/dev/null
+  if ! cargo test --locked --test it -- chart:: commands::trigger >"$dir-renders.log" 2>&1; then
+    cat "$dir-renders.log"
+    exit 1
+  fi
+  echo "kept $(ls "$PE_CHART_RENDERS" | wc -l) distinct chart renders for the API server"
   # The images the chart's pods run: the product's (the image tier's build, cached under
   # .tools/containers) and a PostgreSQL with the official image's interface.
   local images="$TARGET_DIR/cluster-images"
