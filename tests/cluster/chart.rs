@@ -151,20 +151,16 @@ fn newest_recovery_job(ns: &Namespace) -> String {
     ])
 }
 
-/// Installs the release with EXTRA values, imports the demo fixture as the control plane
-/// would, and publishes (`helm upgrade`): the recovery Job the upgrade's hook created, once it
-/// completed, and the run summaries of its pods (their termination messages).
-fn install_import_publish(ns: &Namespace, extra: &[&str]) -> (String, Vec<Value>) {
+/// Installs the release with EXTRA values and imports the demo fixture as the control plane
+/// would (with the owner's login), once the install's own recovery Job (nothing to do yet)
+/// ended, so that the next Job is the one that builds.
+fn install_and_import(ns: &Namespace, extra: &[&str]) {
     let mut install = vec!["--set", "publicationId=e2e-install"];
     install.extend_from_slice(extra);
     upgrade(ns, &install);
-    // The install's own recovery Job (nothing to do yet) ends before anything is imported, so
-    // that the publication's Job is the one that builds.
     let first = newest_recovery_job(ns);
     assert!(!first.is_empty(), "the install created no recovery Job");
     ns.wait(&format!("job/{first}"), "condition=Complete", "300s");
-
-    // The control plane publishes: the demo fixture, imported with the owner's login.
     let (code, log) = run_once(
         ns,
         "import-demo",
@@ -176,6 +172,12 @@ fn install_import_publish(ns: &Namespace, extra: &[&str]) -> (String, Vec<Value>
         ],
     );
     assert_eq!(code, 0, "{log}");
+}
+
+/// Installs the release with EXTRA values, imports the demo fixture, and publishes (`helm upgrade`): the recovery Job the upgrade's hook created, once it
+/// completed, and the run summaries of its pods (their termination messages).
+fn install_import_publish(ns: &Namespace, extra: &[&str]) -> (String, Vec<Value>) {
+    install_and_import(ns, extra);
 
     // A publication: the upgrade's hook creates the recovery Job from the template.
     let before = newest_recovery_job(ns);
@@ -422,20 +424,7 @@ fn running_pod_of(ns: &Namespace, job: &str) -> String {
 #[ignore = "needs a cluster: scripts/test.sh cluster"]
 fn a_run_pod_and_the_database_pod_deleted_then_the_sweep_on_its_schedule() {
     let ns = Namespace::new("e2e-faults");
-    upgrade(&ns, &["--set", "publicationId=e2e-install"]);
-    let first = newest_recovery_job(&ns);
-    ns.wait(&format!("job/{first}"), "condition=Complete", "300s");
-    let (code, log) = run_once(
-        &ns,
-        "import-demo",
-        "migrate-url",
-        &[
-            "sources",
-            "import",
-            "/usr/share/package-executor/demo-fixture.json",
-        ],
-    );
-    assert_eq!(code, 0, "{log}");
+    install_and_import(&ns, &[]);
 
     // The database stops answering (its postmaster stopped: connections are accepted and never
     // served), so a recovery Job's pod is held mid-run, connecting; that pod is deleted while it

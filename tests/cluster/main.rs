@@ -9,4 +9,5 @@
 mod chart;
 mod network;
 mod renders;
+mod rules;
 mod smoke;

@@ -10,7 +10,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::process::Command;
 use std::time::Duration;
 
-use package_executor_testkit::cluster::{BUSYBOX, Namespace, RESTRICTED, RESTRICTED_CONTAINER};
+use package_executor_testkit::cluster::{Namespace, busybox_pod_spec};
 
 /// TEST-NET-1 (RFC 5737): outside the cluster's ranges and every other.
 const OUTSIDE: &str = "192.0.2.1";
@@ -59,27 +59,15 @@ fn connect(address: &str) -> std::io::Result<TcpStream> {
     TcpStream::connect_timeout(&to, Duration::from_secs(5))
 }
 
-fn pod(ns: &Namespace, name: &str, labels: &str, script: &str) -> String {
-    format!(
-        r#"apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-  namespace: {}
-  labels: {{{labels}}}
-spec:
-  restartPolicy: Never
-  terminationGracePeriodSeconds: 1
-  {RESTRICTED}
-  containers:
-    - name: main
-      image: {BUSYBOX}
-      imagePullPolicy: Never
-      command: ["sh", "-c", {script:?}]
-      {RESTRICTED_CONTAINER}
-"#,
-        ns.name
-    )
+/// A busybox pod that runs SCRIPT once, with the label `app: APP`.
+fn pod(name: &str, app: &str, script: &str) -> String {
+    serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": app}},
+        "spec": busybox_pod_spec(script),
+    })
+    .to_string()
 }
 
 #[test]
@@ -88,9 +76,8 @@ fn connections_out_of_every_range_fail_at_once_from_the_node_and_from_a_pod() {
     let ns = Namespace::new("net-egress");
     // A Service with an endpoint (the positive control), and one with none.
     ns.apply(&pod(
-        &ns,
         "server",
-        "app: server",
+        "server",
         "mkdir -p /tmp/www && echo served > /tmp/www/index.html && exec httpd -f -p 8080 -h /tmp/www",
     ));
     ns.apply(
@@ -124,9 +111,8 @@ fn connections_out_of_every_range_fail_at_once_from_the_node_and_from_a_pod() {
 
     // From a pod: the Service with an endpoint answers; the other two fail without a timeout.
     ns.apply(&pod(
-        &ns,
         "client",
-        "app: client",
+        "client",
         &format!(
             "printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 10 {served} 80 && echo SERVED; \
              nc -w 5 {nobody} 80 </dev/null; echo NOBODY=$?; \

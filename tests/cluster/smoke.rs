@@ -1,9 +1,8 @@
 //! The cluster is what it claims to be: Kubernetes v1.34 with every readiness check passing,
 //! the controllers this job relies on (Job, Indexed Job, StatefulSet with a claim) working.
 
-use package_executor_testkit::cluster::{
-    self, BUSYBOX, Namespace, RESTRICTED, RESTRICTED_CONTAINER,
-};
+use package_executor_testkit::cluster::{self, Namespace, busybox_pod_spec};
+use serde_json::json;
 
 #[test]
 #[ignore = "needs a cluster: scripts/test.sh cluster"]
@@ -20,37 +19,28 @@ fn the_api_server_is_v1_34_and_every_readiness_check_passes() {
     assert!(readyz.contains("readyz check passed"), "{readyz}");
 }
 
-fn job(name: &str, extra_spec: &str, script: &str) -> String {
-    format!(
-        r#"apiVersion: batch/v1
-kind: Job
-metadata:
-  name: {name}
-spec:
-  backoffLimit: 0
-  {extra_spec}
-  template:
-    spec:
-      restartPolicy: Never
-      {RESTRICTED}
-      containers:
-        - name: main
-          image: {BUSYBOX}
-          imagePullPolicy: Never
-          command: ["sh", "-c", {script:?}]
-          {RESTRICTED_CONTAINER}
-"#
-    )
+/// A Job of one busybox pod that runs SCRIPT, with SPEC's fields beside its template.
+fn job(name: &str, spec: serde_json::Value, script: &str) -> String {
+    let mut spec = spec;
+    spec["backoffLimit"] = 0.into();
+    spec["template"] = serde_json::json!({"spec": busybox_pod_spec(script)});
+    serde_json::json!({
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": spec,
+    })
+    .to_string()
 }
 
 #[test]
 #[ignore = "needs a cluster: scripts/test.sh cluster"]
 fn a_job_completes_and_an_indexed_job_runs_every_index() {
     let ns = Namespace::new("smoke-jobs");
-    ns.apply(&job("plain", "", "echo done"));
+    ns.apply(&job("plain", json!({}), "echo done"));
     ns.apply(&job(
         "indexed",
-        "completionMode: Indexed\n  completions: 3\n  parallelism: 3",
+        json!({"completionMode": "Indexed", "completions": 3, "parallelism": 3}),
         "echo index $JOB_COMPLETION_INDEX",
     ));
     ns.wait("job/plain", "condition=Complete", "180s");
@@ -65,44 +55,41 @@ fn a_job_completes_and_an_indexed_job_runs_every_index() {
 #[ignore = "needs a cluster: scripts/test.sh cluster"]
 fn a_statefulset_keeps_its_claims_data_across_a_pod_deletion() {
     let ns = Namespace::new("smoke-sts");
-    ns.apply(&format!(
-        r#"apiVersion: v1
-kind: Service
-metadata:
-  name: keeper
-spec:
-  clusterIP: None
-  selector: {{app: keeper}}
----
-apiVersion: apps/v1
-kind: StatefulSet
-metadata:
-  name: keeper
-spec:
-  serviceName: keeper
-  replicas: 1
-  selector:
-    matchLabels: {{app: keeper}}
-  template:
-    metadata:
-      labels: {{app: keeper}}
-    spec:
-      terminationGracePeriodSeconds: 1
-      {RESTRICTED}
-      containers:
-        - name: main
-          image: {BUSYBOX}
-          imagePullPolicy: Never
-          command: ["sh", "-c", "[ -f /data/born ] || date +%s%N > /data/born; cat /data/born; exec sleep 3600"]
-          {RESTRICTED_CONTAINER}
-          volumeMounts: [{{name: data, mountPath: /data}}]
-  volumeClaimTemplates:
-    - metadata: {{name: data}}
-      spec:
-        accessModes: [ReadWriteOnce]
-        resources: {{requests: {{storage: 16Mi}}}}
-"#
-    ));
+    let mut pod = busybox_pod_spec(
+        "[ -f /data/born ] || date +%s%N > /data/born; cat /data/born; exec sleep 3600",
+    );
+    pod["restartPolicy"] = "Always".into();
+    pod["containers"][0]["volumeMounts"] = json!([{"name": "data", "mountPath": "/data"}]);
+    ns.apply(
+        &json!({
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "keeper"},
+            "spec": {"clusterIP": "None", "selector": {"app": "keeper"}}
+        })
+        .to_string(),
+    );
+    ns.apply(
+        &json!({
+            "apiVersion": "apps/v1",
+            "kind": "StatefulSet",
+            "metadata": {"name": "keeper"},
+            "spec": {
+                "serviceName": "keeper",
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": "keeper"}},
+                "template": {"metadata": {"labels": {"app": "keeper"}}, "spec": pod},
+                "volumeClaimTemplates": [{
+                    "metadata": {"name": "data"},
+                    "spec": {
+                        "accessModes": ["ReadWriteOnce"],
+                        "resources": {"requests": {"storage": "16Mi"}}
+                    }
+                }]
+            }
+        })
+        .to_string(),
+    );
     ns.wait("pod/keeper-0", "condition=Ready", "180s");
     let born = ns.kubectl(&["logs", "keeper-0"]);
     let uid = ns.kubectl(&["get", "pod", "keeper-0", "-o", "jsonpath={.metadata.uid}"]);
@@ -123,7 +110,7 @@ fn cluster_dns_answers_for_services_and_forwards_nothing() {
     let ns = Namespace::new("smoke-dns");
     ns.apply(&job(
         "dns",
-        "",
+        json!({}),
         "nslookup kubernetes.default.svc.cluster.local; \
          if nslookup -timeout=2 example.com; then echo OUTSIDE-RESOLVED; fi; echo DONE",
     ));

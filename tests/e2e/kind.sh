@@ -8,7 +8,9 @@
 # import, publish, the recovery Job, the consumer's view), the Job and StatefulSet checks, and
 # every chart render through kind's API server. The tests about the local cluster itself (its
 # version, its isolated network, its DNS without upstream) are not kind's to pass, nor the fault
-# test, which stops the database's process from the node through containerd.
+# test, which stops the database's process from the node through containerd, nor the owner
+# references rule, which needs the OwnerReferencesPermissionEnforcement admission plugin (kind
+# runs kubeadm's defaults, without it).
 # Needs docker, kind and kubectl; helm comes from tools/build.sh (Go). KEEP_CLUSTER=1 keeps the
 # cluster.
 set -euo pipefail
@@ -39,5 +41,5 @@ PE_CHART_RENDERS=$(mktemp -d)
 cargo test --locked --test it -- chart:: commands::trigger >/dev/null
 cargo test --locked --test cluster -- --ignored --test-threads=2 \
   chart::the_chart_installs chart::three_shards chart::upgrade_rollback renders:: \
-  smoke::a_job smoke::a_statefulset
+  rules::the_name rules::the_job smoke::a_job smoke::a_statefulset
 echo "kind e2e passed"

@@ -180,13 +180,26 @@ impl Drop for Namespace {
 /// `scripts/cluster.sh up` imports.
 pub const BUSYBOX: &str = "example.local/busybox:1";
 
-/// A pod spec's security settings that pass the `restricted` Pod Security level.
-pub const RESTRICTED: &str = r#"securityContext:
-        runAsNonRoot: true
-        runAsUser: 65534
-        seccompProfile: {type: RuntimeDefault}"#;
-
-/// The container-level half of [`RESTRICTED`].
-pub const RESTRICTED_CONTAINER: &str = r#"securityContext:
-            allowPrivilegeEscalation: false
-            capabilities: {drop: [ALL]}"#;
+/// A pod spec that runs SCRIPT with busybox's `sh` once, and passes the `restricted` Pod
+/// Security level (what the tests' namespaces enforce).
+pub fn busybox_pod_spec(script: &str) -> Value {
+    serde_json::json!({
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": 1,
+        "securityContext": {
+            "runAsNonRoot": true,
+            "runAsUser": 65534,
+            "seccompProfile": {"type": "RuntimeDefault"}
+        },
+        "containers": [{
+            "name": "main",
+            "image": BUSYBOX,
+            "imagePullPolicy": "Never",
+            "command": ["sh", "-c", script],
+            "securityContext": {
+                "allowPrivilegeEscalation": false,
+                "capabilities": {"drop": ["ALL"]}
+            }
+        }]
+    })
+}

@@ -5,6 +5,16 @@
 //!
 //! Sources are kubernetes/kubernetes and helm/helm at their current main; the rule is quoted in
 //! the doc comment of the function that checks it.
+//!
+//! This is the fast tier's model, for a machine without a cluster. The cluster tier judges every
+//! render with the real API server instead (`tests/cluster/renders.rs`), and holds each rule
+//! here that the server enforces to what the server says on the same objects
+//! (`tests/cluster/rules.rs`: the name and label rules, [`job_name`], [`cron_job`]'s name, and
+//! [`owner_references`]' `blockOwnerDeletion` under OwnerReferencesPermissionEnforcement). What
+//! no server checks stays model only, with its source: Helm's hook semantics
+//! ([`hook_deadlines`], [`hook_ordering`]), what the controllers do later (the CronJob
+//! controller's pruning of Jobs it controls, the names of the Jobs a CronJob schedules), and the
+//! accounts a render expects to exist ([`service_accounts`]).
 
 use serde_json::Value;
 
@@ -24,17 +34,25 @@ pub const CRON_JOB_SUFFIX: &str = "-99999999";
 /// RFC 1123 label (apimachinery/pkg/util/validation: `IsDNS1123Label`): at most 63 characters
 /// of `[a-z0-9-]`, starting and ending alphanumeric.
 pub fn is_dns_label(s: &str) -> bool {
+    s.len() <= 63 && label_shape(s)
+}
+
+/// `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, of any length.
+fn label_shape(s: &str) -> bool {
     !s.is_empty()
-        && s.len() <= 63
         && s.bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !s.starts_with('-')
         && !s.ends_with('-')
 }
 
-/// RFC 1123 subdomain (`IsDNS1123Subdomain`): at most 253 characters, dot-separated labels.
+/// RFC 1123 subdomain (`IsDNS1123Subdomain`): at most 253 characters of dot-separated parts of
+/// a label's shape. The parts have no cap of their own: `dns1123SubdomainFmt` is
+/// `[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*` and only the whole is
+/// measured (a 64-character ConfigMap name is valid; the API server says so in
+/// `tests/cluster/rules.rs`, where this rule once said otherwise).
 pub fn is_dns_subdomain(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns_label)
+    s.len() <= 253 && s.split('.').all(label_shape)
 }
 
 /// A label value (`IsValidLabelValue`): empty, or at most 63 characters of `[A-Za-z0-9._-]`
