@@ -356,6 +356,9 @@ import() {
 coredns() {
   local images=$DIR/images addon kv
   kv=$("$BIN/kubectl" version --client -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["clientVersion"]["gitVersion"])')
+  # The module's files, from Go's module cache (downloaded again if the cache was cleaned
+  # since the binaries were built).
+  (cd "$REPO/tools/k8s" && GOFLAGS=-mod=readonly go mod download "k8s.io/kubernetes@$kv")
   addon="$(cd "$REPO/tools/k8s" && go env GOMODCACHE)/k8s.io/kubernetes@$kv/cluster/addons/dns/coredns/coredns.yaml.base"
   if [ ! -f "$images/coredns.tar" ]; then
     python3 "$HERE/mkimg.py" "$images/coredns.tar" "$COREDNS_IMAGE" /coredns \

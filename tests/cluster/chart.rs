@@ -497,7 +497,21 @@ fn a_run_pod_and_the_database_pod_deleted_then_the_sweep_on_its_schedule() {
         "jsonpath={.metadata.uid}",
     ]);
     assert_ne!(uid, again, "the database's pod was recreated");
-    let (code, log) = run_once(&ns, "current-kept", "executor-url", &["current", "demo-1"]);
+    // Ready is not yet reachable: the Service's endpoints and the node's rules follow the new
+    // pod a moment later, and a command meeting that gap exits 8 (database unavailable) at once.
+    let mut attempt = 0;
+    let (code, log) = loop {
+        let (code, log) = run_once(
+            &ns,
+            &format!("current-kept-{attempt}"),
+            "executor-url",
+            &["current", "demo-1"],
+        );
+        attempt += 1;
+        if code != 8 || attempt == 5 {
+            break (code, log);
+        }
+    };
     assert_eq!(code, 0, "the database kept its data: {log}");
     let (code, log) = run_once(
         &ns,
