@@ -349,13 +349,13 @@ fn upgrade_rollback_and_uninstall_leave_only_the_claim() {
     );
 }
 
-/// The development PostgreSQL's StatefulSet's name.
-fn postgres_statefulset(ns: &Namespace) -> String {
+/// The name of the release's first KIND whose component label is COMPONENT ("" when none).
+fn named(ns: &Namespace, kind: &str, component: &str) -> String {
     ns.kubectl(&[
         "get",
-        "statefulset",
+        kind,
         "-l",
-        "app.kubernetes.io/component=postgresql",
+        &format!("app.kubernetes.io/component={component}"),
         "-o",
         "jsonpath={.items[0].metadata.name}",
     ])
@@ -429,17 +429,10 @@ fn a_run_pod_and_the_database_pod_deleted_then_the_sweep_on_its_schedule() {
     // The database stops answering (its postmaster stopped: connections are accepted and never
     // served), so a recovery Job's pod is held mid-run, connecting; that pod is deleted while it
     // runs. Then the database answers again, and the Job's next pod converges.
-    let postgres = postgres_statefulset(&ns);
+    let postgres = named(&ns, "statefulset", "postgresql");
     let server = format!("{postgres}-0");
     signal_container(&ns, &server, "STOP");
-    let cron = ns.kubectl(&[
-        "get",
-        "cronjob",
-        "-l",
-        "app.kubernetes.io/component=snapshot-recovery",
-        "-o",
-        "jsonpath={.items[0].metadata.name}",
-    ]);
+    let cron = named(&ns, "cronjob", "snapshot-recovery");
     ns.kubectl(&[
         "create",
         "job",
@@ -551,14 +544,7 @@ fn a_run_pod_and_the_database_pod_deleted_then_the_sweep_on_its_schedule() {
             "sweep.schedule=*/1 * * * *",
         ],
     );
-    let sweep = ns.kubectl(&[
-        "get",
-        "cronjob",
-        "-l",
-        "app.kubernetes.io/component=sweep",
-        "-o",
-        "jsonpath={.items[0].metadata.name}",
-    ]);
+    let sweep = named(&ns, "cronjob", "sweep");
     assert!(!sweep.is_empty(), "no sweep CronJob");
     ns.wait(
         &format!("cronjob/{sweep}"),
