@@ -65,11 +65,12 @@ setup_names() {
 
 bins() {
   local dirs
-  dirs=$("$REPO/tools/build.sh" k8s coredns helm provisioner)
+  dirs=$("$REPO/tools/build.sh" k8s coredns helm provisioner kube-router)
   BIN=$(sed -n 1p <<<"$dirs")
   COREDNS_BIN=$(sed -n 2p <<<"$dirs")
   HELM_BIN=$(sed -n 3p <<<"$dirs")
   PROVISIONER_BIN=$(sed -n 4p <<<"$dirs")
+  KUBE_ROUTER_BIN=$(sed -n 5p <<<"$dirs")
   CLUSTER_PATH=$BIN:$HELM_BIN:$PATH
 }
 
@@ -378,7 +379,29 @@ coredns() {
   inside "$BIN/kubectl" apply -f "$DIR/etc/coredns.yaml" >/dev/null
 }
 
+# NetworkPolicy, enforced by kube-router's network-policy controller alone (no routing, no
+# service proxy: kube-proxy has those): iptables (Debian's, on nf_tables) and ipset rules in
+# the cluster's network namespace, gone with it. Not kind's kube-network-policies: it needs
+# nftables' `queue` expression, which this kernel lacks (docs/cluster.md). The enforcer is
+# ready when its chains hang from FORWARD, INPUT and OUTPUT.
+network_policy() {
+  start kube-router "$KUBE_ROUTER_BIN/kube-router" --kubeconfig="$KUBECONFIG_ADMIN" \
+    --hostname-override="$NODE" --run-firewall=true --run-router=false \
+    --run-service-proxy=false --enable-cni=false --enable-ipv6=false \
+    --service-cluster-ip-range="$SERVICE_CIDR" --health-port=0 --metrics-port=0 --v=1
+  wait_for "kube-router's NetworkPolicy controller" 60 "$LOGS/kube-router.log" \
+    inside sh -c 'for c in FORWARD INPUT OUTPUT; do
+      iptables -S "$c" | grep -q "KUBE-ROUTER-$c" || exit 1; done'
+}
+
 addons() {
+  # PE_CLUSTER_NETWORK_POLICY=off leaves NetworkPolicy unenforced: the control that shows the
+  # tests' enforcement checks fail without the enforcer (docs/cluster.md).
+  if [ "${PE_CLUSTER_NETWORK_POLICY:-on}" = off ]; then
+    echo "NetworkPolicy is NOT enforced in this cluster (PE_CLUSTER_NETWORK_POLICY=off)" >&2
+  else
+    network_policy
+  fi
   coredns
   mkdir -p "$DIR/volumes"
   start provisioner "$PROVISIONER_BIN/provisioner" --kubeconfig "$KUBECONFIG_ADMIN" \
@@ -481,7 +504,8 @@ leftovers_of() {
   local pid exe
   for pid in /proc/[0-9]*; do
     exe=$(readlink "$pid/exe" 2>/dev/null) || continue
-    case $exe in "$DIR"/* | */package-executor/k8s-*/* | */package-executor/coredns-*/*)
+    case $exe in "$DIR"/* | */package-executor/k8s-*/* | */package-executor/coredns-*/* | \
+      */package-executor/provisioner-*/* | */package-executor/kube-router-*/*)
       echo "process ${pid#/proc/}: $exe" ;;
     esac
     case $(tr '\0' ' ' <"$pid/cmdline" 2>/dev/null) in *" $DIR/"* | *"=$DIR/"*)

@@ -131,16 +131,18 @@ install() {
   if [ "${PE_SKIP_IMAGE:-0}" != 1 ]; then
     (source scripts/image-env.sh && image_tools_install)
   fi
-  # containerd (1.6), the CNI plugins, busybox (the cluster tests' helper image) and conntrack
-  # from Debian for the cluster tier; never started as services (no systemd here).
+  # containerd (1.6), the CNI plugins, busybox (the cluster tests' helper image), conntrack, and
+  # iptables and ipset (kube-router's NetworkPolicy enforcer runs them) from Debian for the
+  # cluster tier; never started as services (no systemd here).
   if ! command -v containerd >/dev/null 2>&1 || [ ! -x /usr/lib/cni/bridge ] \
-    || [ ! -x /bin/busybox ] || ! command -v conntrack >/dev/null 2>&1; then
-    echo "installing Debian's containerd, containernetworking-plugins, busybox-static and conntrack" >&2
+    || [ ! -x /bin/busybox ] || ! command -v conntrack >/dev/null 2>&1 \
+    || ! command -v iptables >/dev/null 2>&1 || ! command -v ipset >/dev/null 2>&1; then
+    echo "installing Debian's containerd, containernetworking-plugins, busybox-static, conntrack, iptables and ipset" >&2
     SUDO=""
     [ "$(id -u)" = 0 ] || SUDO="sudo"
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
-      containerd containernetworking-plugins busybox-static conntrack >/dev/null
+      containerd containernetworking-plugins busybox-static conntrack iptables ipset >/dev/null
   fi
 }
 

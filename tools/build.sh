@@ -10,8 +10,9 @@
 #   coredns/  CoreDNS, in a module of its own (its k8s.io modules differ from the cluster's)
 #   helm/     Helm 3, in a module of its own for the same reason
 #   provisioner/  the cluster's volume provisioner (world-writable folders, as kind's default)
+#   kube-router/  kube-router, for its NetworkPolicy enforcer (iptables and ipset)
 #
-#   tools/build.sh [k8s|coredns|helm|provisioner]...   (default: all four)
+#   tools/build.sh [k8s|coredns|helm|provisioner|kube-router]...   (default: all five)
 #
 # Each module's binaries live outside the clone, in a folder keyed by its go.sum, its Go files
 # and the function here that builds it, beside Go's own caches: a second run, or a fresh clone on the same machine, builds
@@ -62,15 +63,22 @@ build_helm() {
     helm.sh/helm/v3/cmd/helm)
 }
 
+# Only its network-policy controller runs (docs/cluster.md says why it, and not kind's
+# kube-network-policies: the kernel here has no nftables `queue`).
+build_kube-router() {
+  (cd kube-router && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$1/kube-router" \
+    github.com/cloudnativelabs/kube-router/v2/cmd/kube-router)
+}
+
 build_provisioner() {
   (cd provisioner && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$1/provisioner" .)
 }
 
 modules=("$@")
-[ ${#modules[@]} -gt 0 ] || modules=(k8s coredns helm provisioner)
+[ ${#modules[@]} -gt 0 ] || modules=(k8s coredns helm provisioner kube-router)
 for module in "${modules[@]}"; do
-  case $module in k8s | coredns | helm | provisioner) ;; *)
-    echo "usage: tools/build.sh [k8s|coredns|helm|provisioner]..." >&2
+  case $module in k8s | coredns | helm | provisioner | kube-router) ;; *)
+    echo "usage: tools/build.sh [k8s|coredns|helm|provisioner|kube-router]..." >&2
     exit 2
     ;;
   esac

@@ -92,14 +92,23 @@ fn db_secret(ns: &Namespace) -> String {
         .to_owned()
 }
 
-/// Runs the product's image once in a pod (restricted, read-only root) with ARGS and
-/// `DATABASE_URL` from the Secret's KEY; its exit code and log.
+/// The labels the development database's NetworkPolicy admits (the chart's `pe.selector`): a
+/// pod of ours that talks to the database carries them, as the chart's own pods do.
+fn executor_labels() -> Value {
+    serde_json::json!({
+        "app.kubernetes.io/name": "package-executor",
+        "app.kubernetes.io/instance": RELEASE,
+    })
+}
+
+/// Runs the product's image once in a pod (restricted, read-only root, the executor's labels)
+/// with ARGS and `DATABASE_URL` from the Secret's KEY; its exit code and log.
 fn run_once(ns: &Namespace, name: &str, key: &str, args: &[&str]) -> (i64, String) {
     let (repository, tag) = image();
     let pod = serde_json::json!({
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name},
+        "metadata": {"name": name, "labels": executor_labels()},
         "spec": {
             "restartPolicy": "Never",
             "securityContext": {
@@ -268,6 +277,67 @@ fn the_chart_installs_publishes_and_every_project_converges() {
         "{events}"
     );
     assert_converged(&ns);
+    network_policy_admits_the_executor_to_the_database_and_nothing_else(&ns);
+}
+
+/// NetworkPolicy is enforced (kube-router's controller, started by scripts/cluster.sh), both
+/// ways: the development database admits the executor's pods only (its ingress policy), and
+/// the executor's pods reach only what their egress policy lists (DNS, the database and the API
+/// server, which the run above used: the kubelet's port is not among them). The same two
+/// connections from a pod with the executor's labels and from one without give opposite
+/// results; with the enforcer off (`PE_CLUSTER_NETWORK_POLICY=off`) all four connect and this
+/// fails.
+fn network_policy_admits_the_executor_to_the_database_and_nothing_else(ns: &Namespace) {
+    let service = named(ns, "service", "postgresql");
+    let database = ns.kubectl(&[
+        "get",
+        "service",
+        &service,
+        "-o",
+        "jsonpath={.spec.clusterIP}",
+    ]);
+    let node = cluster::kubectl(&[
+        "get",
+        "nodes",
+        "-o",
+        "jsonpath={.items[0].status.addresses[?(@.type==\"InternalIP\")].address}",
+    ]);
+    let script = format!(
+        "nc -w 5 {database} 5432 </dev/null; echo DATABASE=$?; \
+         nc -w 5 {node} 10250 </dev/null; echo KUBELET=$?"
+    );
+    for (name, labels, expected) in [
+        (
+            "probe-executor",
+            executor_labels(),
+            ["DATABASE=0", "KUBELET=1"],
+        ),
+        (
+            "probe-unlabelled",
+            serde_json::json!({}),
+            ["DATABASE=1", "KUBELET=0"],
+        ),
+    ] {
+        let pod = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "labels": labels},
+            "spec": cluster::busybox_pod_spec(&script),
+        });
+        ns.apply(&pod.to_string());
+        ns.wait(
+            &format!("pod/{name}"),
+            "jsonpath={.status.phase}=Succeeded",
+            "120s",
+        );
+        let log = ns.kubectl(&["logs", name]);
+        for line in expected {
+            assert!(
+                log.contains(line),
+                "{name}: expected {line} (database {service} at {database}:5432, kubelet at {node}:10250): {log}"
+            );
+        }
+    }
 }
 
 #[test]
