@@ -50,20 +50,31 @@ namespace's `default` (never a name that nothing creates). */}}
 {{- define "pe.serviceAccount" -}}
 {{- if .Values.serviceAccount.create -}}
 {{- default (include "pe.fullname" .) .Values.serviceAccount.name -}}
+{{- else if .Values.serviceAccount.name -}}
+{{- .Values.serviceAccount.name -}}
+{{- else if .Values.rbac.create -}}
+{{- fail "serviceAccount.create=false: the chart would bind the run pods' Role (create Events) to the namespace's \"default\" account, which every other pod there runs as. Set serviceAccount.name to an account of the run pods' own, or set rbac.create=false and grant the Roles of templates/rbac.yaml yourself" -}}
 {{- else -}}
-{{- default "default" .Values.serviceAccount.name -}}
+default
 {{- end -}}
 {{- end -}}
 
 {{/* The account of `trigger` in the cluster (the release hook, or an operator's own Job): it
 may read the recovery template and create Jobs, and holds no database login. The chart makes it
 whenever it makes accounts and `trigger` runs in the cluster; otherwise the one named in
-serviceAccount.triggerName, else the run pods' account. */}}
+serviceAccount.triggerName, else the run pods' account. Whoever can create Jobs in the namespace
+can run a pod that mounts the owner's database Secret, so the chart never binds trigger's Role to
+an account other pods run as: the namespace's `default` or the run pods' own. */}}
 {{- define "pe.triggerServiceAccount" -}}
 {{- if .Values.serviceAccount.create -}}
 {{- include "pe.name" (list . "trigger" 63) -}}
 {{- else -}}
-{{- default (include "pe.serviceAccount" .) .Values.serviceAccount.triggerName -}}
+{{- $run := include "pe.serviceAccount" . -}}
+{{- $trigger := default $run .Values.serviceAccount.triggerName -}}
+{{- if and .Values.rbac.create (or .Values.rbac.triggerInCluster .Values.recovery.onRelease) (or (eq $trigger "default") (eq $trigger $run)) -}}
+{{- fail (printf "serviceAccount.create=false: the chart would bind trigger's Role (create Jobs, which can mount the database Secret) to the account %q, which other pods run as. Set serviceAccount.triggerName to an account of trigger's own (not \"default\", not serviceAccount.name), or set rbac.create=false and grant the Roles yourself, or turn off recovery.onRelease and rbac.triggerInCluster" $trigger) -}}
+{{- end -}}
+{{- $trigger -}}
 {{- end -}}
 {{- end -}}
 

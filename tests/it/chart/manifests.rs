@@ -1194,13 +1194,25 @@ fn long_release_names_and_many_shards_meet_the_api_servers_rules() {
 #[test]
 fn every_account_a_pod_names_exists() {
     let cases: [(&[&str], &[&str]); 4] = [
-        (&["--set", "serviceAccount.create=false"], &[]),
         (
             &[
                 "--set",
                 "serviceAccount.create=false",
                 "--set",
                 "serviceAccount.name=ops",
+                "--set",
+                "serviceAccount.triggerName=ops-trigger",
+            ],
+            &["ops", "ops-trigger"],
+        ),
+        (
+            &[
+                "--set",
+                "serviceAccount.create=false",
+                "--set",
+                "serviceAccount.name=ops",
+                "--set",
+                "recovery.onRelease=false",
             ],
             &["ops"],
         ),
@@ -1218,11 +1230,13 @@ fn every_account_a_pod_names_exists() {
                 "--set",
                 "serviceAccount.create=false",
                 "--set",
+                "serviceAccount.name=ops",
+                "--set",
                 "serviceAccount.triggerName=ops-trigger",
                 "--set",
-                "recovery.onRelease=true",
+                "rbac.triggerInCluster=true",
             ],
-            &["ops-trigger"],
+            &["ops", "ops-trigger"],
         ),
     ];
     for (values, external) in cases {
@@ -1231,6 +1245,89 @@ fn every_account_a_pod_names_exists() {
         let broken = k8s_rules::check_render(&docs(&rendered), external);
         assert!(broken.is_empty(), "{values:?}: {broken:#?}");
     }
+}
+
+/// Issue 51, defect 6: without `serviceAccount.create`, trigger's Role (create Jobs) was bound to
+/// the namespace's `default` account, so any pod there could start Jobs that mount the owner's
+/// database Secret (and the run pods' Role, create Events, went to `default` too). The chart now
+/// refuses to bind a Role to an account other pods run as, and says what to set; accounts of
+/// their own get the bindings.
+#[test]
+fn no_role_is_bound_to_an_account_other_pods_run_as() {
+    const TRIGGER: &str = "Set serviceAccount.triggerName to an account of trigger's own";
+    const RUN: &str = "Set serviceAccount.name to an account of the run pods' own";
+    let refused: [(&[&str], &str); 5] = [
+        (&["serviceAccount.create=false"], RUN),
+        (
+            &[
+                "serviceAccount.create=false",
+                "serviceAccount.triggerName=t",
+            ],
+            RUN,
+        ),
+        (
+            &["serviceAccount.create=false", "serviceAccount.name=ops"],
+            TRIGGER,
+        ),
+        (
+            &[
+                "serviceAccount.create=false",
+                "serviceAccount.name=ops",
+                "serviceAccount.triggerName=default",
+            ],
+            TRIGGER,
+        ),
+        (
+            &[
+                "serviceAccount.create=false",
+                "serviceAccount.name=ops",
+                "serviceAccount.triggerName=ops",
+                "recovery.onRelease=false",
+                "rbac.triggerInCluster=true",
+            ],
+            TRIGGER,
+        ),
+    ];
+    for (values, says) in refused {
+        let mut args = Vec::new();
+        for v in values {
+            args.extend(["--set", v]);
+        }
+        let out = helm::template_output(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{values:?} was accepted");
+        assert!(err.contains(says), "{values:?}: {err}");
+    }
+    let docs = docs_of(&[
+        "serviceAccount.create=false",
+        "serviceAccount.name=ops",
+        "serviceAccount.triggerName=ops-trigger",
+    ]);
+    let subject = |role_suffix: &str| {
+        docs.iter()
+            .filter(|d| d["kind"] == "RoleBinding")
+            .find(|b| {
+                b["roleRef"]["name"]
+                    .as_str()
+                    .unwrap()
+                    .ends_with(role_suffix)
+            })
+            .map(|b| b["subjects"][0]["name"].clone())
+    };
+    assert_eq!(subject("-trigger"), Some(Value::from("ops-trigger")));
+    assert_eq!(subject("-package-executor"), Some(Value::from("ops")));
+    // Without the chart's RBAC the accounts are the operator's to grant: nothing is bound, and
+    // the pods may run as `default`.
+    let unbound = docs_of(&["serviceAccount.create=false", "rbac.create=false"]);
+    assert!(!unbound.iter().any(|d| d["kind"] == "RoleBinding"));
+}
+
+fn docs_of(values: &[&str]) -> Vec<Value> {
+    let mut args = Vec::new();
+    for v in values {
+        args.extend(["--set", *v]);
+    }
+    docs(&render(&args))
 }
 
 /// As a subchart: Helm passes every subchart `global` (the parent's global values), which a
