@@ -112,6 +112,67 @@ tests/it/chart/manifests.rs holds the two equal. */}}
 {{- printf "%dMi" (add 32 (max $b 50) (mul (int .Values.run.concurrency) 25)) -}}
 {{- end -}}
 
+{{/* A quantity (the schema's pattern: a decimal number and an optional suffix) in its base unit
+(bytes, cores), as a float, to compare two of them. */}}
+{{- define "pe.quantity" -}}
+{{- $q := toString . -}}
+{{- $number := regexFind "^[0-9]+(\\.[0-9]+)?" $q -}}
+{{- $suffix := trimPrefix $number $q -}}
+{{- $factors := dict "" 1.0 "m" 0.001 "k" 1e3 "M" 1e6 "G" 1e9 "T" 1e12 "P" 1e15 "E" 1e18 "Ki" 1024.0 "Mi" 1048576.0 "Gi" 1073741824.0 "Ti" 1099511627776.0 "Pi" 1125899906842624.0 "Ei" 1152921504606846976.0 -}}
+{{- if or (not $number) (not (hasKey $factors $suffix)) -}}
+{{- fail (printf "%q is not a Kubernetes quantity (250m, 1.5, 128Mi, 1G)" $q) -}}
+{{- end -}}
+{{- mulf (float64 $number) (get $factors $suffix) -}}
+{{- end -}}
+
+{{/* Fails unless each request of a container's resources is at most its limit, which the API
+server requires (ValidateResourceRequirements); call with (list "<values key>" <resources>). */}}
+{{- define "pe.checkResources" -}}
+{{- $key := index . 0 -}}
+{{- $r := index . 1 | default dict -}}
+{{- $limits := $r.limits | default dict -}}
+{{- range $name, $request := ($r.requests | default dict) -}}
+{{- if hasKey $limits $name -}}
+{{- $limit := get $limits $name -}}
+{{- if gt (include "pe.quantity" $request | float64) (include "pe.quantity" $limit | float64) -}}
+{{- fail (printf "%s.requests.%s (%v) is above %s.limits.%s (%v), which the API server refuses: lower the request or raise the limit" $key $name $request $key $name $limit) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The run pods' resources: `resources` over the sized defaults (a request and a limit of the
+memory bound, pe.memory). A memory limit given alone also caps the request, and a memory request
+given alone also raises the limit, so that the request never exceeds the limit; a memory limit
+below the bound is refused, since the run may use all of it. */}}
+{{- define "pe.runResources" -}}
+{{- $memory := include "pe.memory" . -}}
+{{- $given := deepCopy (.Values.resources | default dict) -}}
+{{- $requests := $given.requests | default dict -}}
+{{- $limits := $given.limits | default dict -}}
+{{- $bound := include "pe.quantity" $memory | float64 -}}
+{{- if hasKey $limits "memory" -}}
+{{- if lt (include "pe.quantity" $limits.memory | float64) $bound -}}
+{{- fail (printf "resources.limits.memory (%v) is below the run's memory bound, %s (32 MiB + run.memoryBudgetMiB, at least 50, + 25 MiB per run.concurrency worker: docs/contract.md, \"Memory\"): a run may use all of it and be killed. Lower run.memoryBudgetMiB or run.concurrency instead, or leave the limit out" $limits.memory $memory) -}}
+{{- end -}}
+{{- end -}}
+{{- $request := $memory -}}
+{{- $limit := $memory -}}
+{{- if and (hasKey $limits "memory") (not (hasKey $requests "memory")) -}}
+{{- $request = $memory -}}
+{{- $limit = $limits.memory -}}
+{{- else if and (hasKey $requests "memory") (not (hasKey $limits "memory")) -}}
+{{- $request = $requests.memory -}}
+{{- if gt (include "pe.quantity" $requests.memory | float64) $bound -}}
+{{- $limit = $requests.memory -}}
+{{- end -}}
+{{- end -}}
+{{- $sized := dict "requests" (dict "cpu" "250m" "memory" $request) "limits" (dict "memory" $limit) -}}
+{{- $resources := mergeOverwrite $sized $given -}}
+{{- include "pe.checkResources" (list "resources" $resources) -}}
+{{- toYaml $resources -}}
+{{- end -}}
+
 {{/* The run's deadline: below activeDeadlineSeconds minus the grace period, a minute spare. */}}
 {{- define "pe.deadline" -}}
 {{- printf "%ds" (max 60 (sub (sub (int .Values.run.activeDeadlineSeconds) (int .Values.run.terminationGracePeriodSeconds)) 60)) -}}
@@ -186,10 +247,8 @@ containers:
     volumeMounts:
       {{- . | nindent 6 }}
     {{- end }}
-    {{- $memory := include "pe.memory" . }}
-    {{- $sized := dict "requests" (dict "cpu" "250m" "memory" $memory) "limits" (dict "memory" $memory) }}
     resources:
-      {{- toYaml (mergeOverwrite $sized (deepCopy .Values.resources)) | nindent 6 }}
+      {{- include "pe.runResources" . | nindent 6 }}
     securityContext:
       {{- toYaml .Values.securityContext | nindent 6 }}
     terminationMessagePolicy: FallbackToLogsOnError

@@ -1056,6 +1056,104 @@ fn the_memory_limit_is_the_stated_bound() {
     }
 }
 
+/// Issue 51, defect 2: a memory limit lowered, or a request raised, left the run pods' request
+/// above their limit, which the API server refuses. A limit given alone caps nothing below the
+/// bound (a limit under the bound is refused, naming what to lower instead); a request given
+/// alone raises the limit with it; a request above its limit anywhere (run pods, migration,
+/// hook, development database) is refused at render time. The renders that pass are judged by
+/// the API server in the cluster tier.
+#[test]
+fn no_request_exceeds_its_limit() {
+    let memory = |values: &[&str]| {
+        let d = docs_of(values);
+        let mut out = Vec::new();
+        for kind in ["CronJob"] {
+            for doc in d.iter().filter(|doc| doc["kind"] == kind) {
+                let r = &doc["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["resources"];
+                out.push((
+                    r["requests"]["memory"].as_str().unwrap().to_owned(),
+                    r["limits"]["memory"].as_str().unwrap().to_owned(),
+                ));
+            }
+        }
+        out
+    };
+    // The recovery template and the sweep alike.
+    let both = |request: &str, limit: &str| vec![(request.to_owned(), limit.to_owned()); 2];
+    assert_eq!(
+        memory(&["sweep.enabled=true", "resources.requests.memory=1Gi"]),
+        both("1Gi", "1Gi")
+    );
+    assert_eq!(
+        memory(&["sweep.enabled=true", "resources.requests.memory=100Mi"]),
+        both("100Mi", "228Mi")
+    );
+    assert_eq!(
+        memory(&["sweep.enabled=true", "resources.limits.memory=1Gi"]),
+        both("228Mi", "1Gi")
+    );
+    assert_eq!(
+        memory(&[
+            "sweep.enabled=true",
+            "resources.requests.memory=300Mi",
+            "resources.limits.memory=0.5Gi"
+        ]),
+        both("300Mi", "0.5Gi")
+    );
+    let refused: [(&[&str], &str); 5] = [
+        (
+            &["resources.limits.memory=100Mi"],
+            "resources.limits.memory (100Mi) is below the run's memory bound, 228Mi",
+        ),
+        (
+            &[
+                "resources.requests.memory=1Gi",
+                "resources.limits.memory=512Mi",
+            ],
+            "resources.requests.memory (1Gi) is above resources.limits.memory (512Mi)",
+        ),
+        (
+            &["resources.requests.cpu=2", "resources.limits.cpu=1500m"],
+            "resources.requests.cpu (2) is above resources.limits.cpu (1500m)",
+        ),
+        (
+            &["migration.resources.requests.memory=1G"],
+            "migration.resources.requests.memory (1G) is above migration.resources.limits.memory (128Mi)",
+        ),
+        (
+            &[
+                "postgresql.enabled=true",
+                "postgresql.resources.limits.memory=128Mi",
+            ],
+            "postgresql.resources.requests.memory (256Mi) is above postgresql.resources.limits.memory (128Mi)",
+        ),
+    ];
+    for (values, says) in refused {
+        let mut args = Vec::new();
+        for v in values {
+            args.extend(["--set", v]);
+        }
+        let out = helm::template_output(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{values:?} was accepted");
+        assert!(err.contains(says), "{values:?}: {err}");
+    }
+    // The development database's resources are the operator's to set (a namespace that asks
+    // for CPU limits), and reach its container.
+    let d = docs_of(&[
+        "postgresql.enabled=true",
+        "postgresql.resources.limits.cpu=1",
+    ]);
+    let db = d
+        .iter()
+        .find(|doc| doc["kind"] == "StatefulSet")
+        .expect("the development database");
+    assert_eq!(
+        db["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["cpu"],
+        1
+    );
+}
+
 /// An authenticated Pushgateway's URL comes from a Secret (never the pod spec), and the
 /// NetworkPolicy opens the Pushgateway's port for it as for a plain URL.
 #[test]
