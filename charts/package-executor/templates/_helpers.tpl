@@ -1,5 +1,16 @@
+{{/* The base of every object's name: fullnameOverride, else `<release>-<nameOverride or the
+chart's name>`, made a DNS-1035 label, which every name the chart derives from it must be
+(Service names are DNS-1035 labels; a StatefulSet's and an Indexed Job's pods' host names DNS
+labels): a character other than a-z, 0-9 and "-" (a release name's ".") becomes "-", and a
+name that does not start with a letter (release "1pe") gets "pe-" in front. At most 52
+characters (a CronJob's name; its Jobs add 11). */}}
 {{- define "pe.fullname" -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 52 | trimSuffix "-" -}}
+{{- $name := .Values.fullnameOverride | default (printf "%s-%s" .Release.Name (.Values.nameOverride | default .Chart.Name)) -}}
+{{- $name = regexReplaceAll "[^a-z0-9-]" (lower $name) "-" -}}
+{{- if not (regexMatch "^[a-z]" $name) -}}
+{{- $name = printf "pe-%s" $name -}}
+{{- end -}}
+{{- $name | trunc 52 | trimSuffix "-" -}}
 {{- end -}}
 
 {{/* A name with a suffix, within a limit: (list $ "suffix" limit). The full name is cut so
@@ -15,7 +26,7 @@ characters) and a StatefulSet (its pods' revision label does). */}}
 
 {{- define "pe.labels" -}}
 app.kubernetes.io/name: package-executor
-app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ include "pe.chartLabel" . }}
@@ -23,7 +34,7 @@ helm.sh/chart: {{ include "pe.chartLabel" . }}
 
 {{- define "pe.selector" -}}
 app.kubernetes.io/name: package-executor
-app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
 {{- end -}}
 
 {{/* The sweep CronJob's name. The CronJob controller names its Jobs `<cronjob>-<minutes since
@@ -441,7 +452,7 @@ select it (and the executor's NetworkPolicy, which selects package-executor pods
 {{- define "pe.postgresqlLabels" -}}
 app.kubernetes.io/name: postgresql
 app.kubernetes.io/part-of: package-executor
-app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/component: postgresql

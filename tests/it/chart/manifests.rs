@@ -1438,12 +1438,14 @@ fn the_chart_installs_as_a_subchart() {
     std::fs::create_dir_all(umbrella.join("charts")).unwrap();
     std::fs::write(
         umbrella.join("Chart.yaml"),
-        "apiVersion: v2\nname: platform\nversion: 1.0.0\ndependencies:\n  - name: package-executor\n    version: \">=0.0.0-0\"\n",
+        "apiVersion: v2\nname: platform\nversion: 1.0.0\ndependencies:\n  - name: package-executor\n    version: \">=0.0.0-0\"\n    condition: package-executor.enabled\n",
     )
     .unwrap();
+    // Issue 51, defect 3: the usual `condition:` and name overrides, which the strict schema
+    // refused.
     std::fs::write(
         umbrella.join("values.yaml"),
-        "global:\n  imageRegistry: registry.example\npackage-executor:\n  sweep:\n    enabled: true\n",
+        "global:\n  imageRegistry: registry.example\npackage-executor:\n  enabled: true\n  nameOverride: executor\n  sweep:\n    enabled: true\n",
     )
     .unwrap();
     copy_dir(
@@ -1459,8 +1461,61 @@ fn the_chart_installs_as_a_subchart() {
     ]);
     validate("subchart", &rendered);
     let d = docs(&rendered);
-    find(&d, "CronJob", "sweep");
-    find(&d, "CronJob", "recovery");
+    named(&d, "CronJob", "platform-executor-sweep");
+    named(&d, "CronJob", "platform-executor-recovery");
+    // The condition turns it off.
+    let off = run_helm(&[
+        "template",
+        "platform",
+        umbrella.to_str().unwrap(),
+        "--set",
+        "package-executor.enabled=false",
+    ]);
+    assert!(docs(&off).is_empty(), "{off}");
+}
+
+/// Issue 51, defects 1 and 3: release names Helm accepts (a dot, a leading digit) gave a
+/// Service, a StatefulSet and Indexed Jobs names the API server refuses. Every name the chart
+/// makes is now a DNS-1035 label (the chart's own convention, the strictest the API asks of
+/// any of them), whatever the release name or override; the API server judges these renders in
+/// the cluster tier. fullnameOverride replaces the base of every name.
+#[test]
+fn every_name_is_a_dns_1035_label_whatever_the_release_name() {
+    let label = |name: &str| {
+        name.len() <= 63
+            && name.starts_with(|c: char| c.is_ascii_lowercase())
+            && !name.ends_with('-')
+            && name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+    };
+    let longest = "a.b-c".repeat(10) + "a.c";
+    for release in ["pe.prod", "1pe", "9.9", longest.as_str()] {
+        let rendered = run_helm(&[
+            "template",
+            release,
+            "charts/package-executor",
+            "--kube-version",
+            KUBE_VERSION,
+            "--set",
+            "postgresql.enabled=true,database.existingSecret=,sweep.enabled=true,run.shards=10",
+        ]);
+        let d = docs(&rendered);
+        assert!(d.len() > 10, "{release}: {rendered}");
+        for doc in &d {
+            let name = doc["metadata"]["name"].as_str().unwrap();
+            assert!(label(name), "{release}: {} {name:?}", doc["kind"]);
+            // The instance label keeps the release's own name.
+            assert_eq!(
+                doc["metadata"]["labels"]["app.kubernetes.io/instance"], release,
+                "{name}"
+            );
+        }
+    }
+    let d = docs_of(&["fullnameOverride=ops", "sweep.enabled=true"]);
+    named(&d, "CronJob", "ops-recovery");
+    named(&d, "CronJob", "ops-sweep");
+    named(&d, "ServiceAccount", "ops");
 }
 
 fn copy_dir(from: &Path, to: &Path) {
