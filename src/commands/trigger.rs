@@ -43,14 +43,25 @@ pub async fn trigger(args: &TriggerArgs) -> anyhow::Result<Exit> {
         .namespace
         .clone()
         .unwrap_or_else(|| client.default_namespace().to_owned());
+    // --timeout bounds the whole command: reading the template counts.
+    let started = tokio::time::Instant::now();
     let job = match &args.from_cronjob {
         Some(name) => {
             let crons: Api<CronJob> = Api::namespaced(client.clone(), &namespace);
-            match crate::k8s::trigger::template_from_cluster(&crons, name).await {
-                Ok(template) => job::finalize(template, &args.publication_id, Some(&namespace)),
-                Err(e) => {
+            let read = crate::k8s::trigger::template_from_cluster(&crons, name);
+            match tokio::time::timeout(args.timeout, read).await {
+                Ok(Ok(template)) => job::finalize(template, &args.publication_id, Some(&namespace)),
+                Ok(Err(e)) => {
                     eprintln!("error: {e}");
                     return Ok(Exit::Error);
+                }
+                Err(_) => {
+                    eprintln!(
+                        "error: the template CronJob {name} could not be read within --timeout \
+                         ({:?}): the Kubernetes API did not answer; run again (or raise --timeout)",
+                        args.timeout
+                    );
+                    return Ok(Exit::Timeout);
                 }
             }
         }
@@ -60,7 +71,7 @@ pub async fn trigger(args: &TriggerArgs) -> anyhow::Result<Exit> {
     let opts = TriggerOptions {
         replace_failed: args.replace_failed,
         wait: args.wait,
-        timeout: args.timeout,
+        timeout: args.timeout.saturating_sub(started.elapsed()),
     };
     match run_trigger(&api, &job, &opts).await {
         Ok(Triggered::Complete) => Ok(Exit::Ok),

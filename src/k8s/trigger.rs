@@ -1,9 +1,13 @@
 //! `trigger`: create the recovery Job, attach to an existing one, optionally wait for it.
-//! The kube client already retries 429/503/504, so no second retry loop is stacked here; the
-//! whole command is bounded by `--timeout` (exit 124).
+//! An API call that fails in a way that can heal by itself (the server busy or restarting, the
+//! connection refused or cut: [`transient`]) is tried again with backoff; the whole command,
+//! reading the template included, is bounded by `--timeout` (exit 124), which the chart's hook
+//! retries. What cannot heal (403, 404, 422, a foreign Job) ends it at once (exit 1).
 
+use std::future::Future;
 use std::time::Duration;
 
+use backon::{BackoffBuilder, ExponentialBuilder};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use kube::api::{Api, DeleteParams, PostParams, Preconditions, PropagationPolicy};
 use kube::runtime::wait::{self, await_condition, delete::delete_and_finalize};
@@ -93,9 +97,45 @@ fn annotation(job: &Job) -> Option<String> {
         .cloned()
 }
 
+/// Whether an API call's failure may heal by itself: the server overloaded or restarting (429,
+/// 5xx) or the connection (refused, reset, timed out). A refusal (403, 404, 409, 422) will not.
+pub fn transient(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(status) => status.code == 429 || status.code >= 500,
+        kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_) => true,
+        _ => false,
+    }
+}
+
+/// Runs an API call until it succeeds or fails for good, waiting between tries (200 ms doubling
+/// to 10 s, with jitter). Unbounded here: the caller's `--timeout` bounds it.
+async fn retried<T, F, Fut>(what: &str, mut call: F) -> Result<T, kube::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, kube::Error>>,
+{
+    let mut delays = ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(200))
+        .with_max_delay(Duration::from_secs(10))
+        .with_jitter()
+        .without_max_times()
+        .build();
+    loop {
+        match call().await {
+            Err(e) if transient(&e) => {
+                let delay = delays.next().unwrap_or(Duration::from_secs(10));
+                tracing::warn!(call = what, error = %e, retry_in = ?delay,
+                    "the Kubernetes API failed for now: trying again within --timeout");
+                tokio::time::sleep(delay).await;
+            }
+            result => return result,
+        }
+    }
+}
+
 /// The Job template of CronJob `name` in the cluster ([`super::job::from_cron_job`]).
 pub async fn template_from_cluster(api: &Api<CronJob>, name: &str) -> Result<Job, TriggerError> {
-    match api.get_opt(name).await? {
+    match retried("get the template CronJob", || api.get_opt(name)).await? {
         Some(cron) => super::job::from_cron_job(&cron).map_err(TriggerError::Template),
         None => Err(TriggerError::Template(format!(
             "no CronJob {name} in this namespace: give the chart's recovery template \
@@ -138,13 +178,14 @@ async fn trigger_inner(
     let name = job.metadata.name.clone().ok_or(TriggerError::Unnamed)?;
     let wanted = annotation(job).unwrap_or_default();
     let current = loop {
-        match api.create(&PostParams::default(), job).await {
+        let post = PostParams::default();
+        match retried("create the Job", || api.create(&post, job)).await {
             Ok(created) => {
                 tracing::info!(job = %name, "created the recovery Job");
                 break created;
             }
             Err(kube::Error::Api(status)) if status.is_already_exists() => {
-                let existing = api.get(&name).await?;
+                let existing = retried("read the existing Job", || api.get(&name)).await?;
                 let found = annotation(&existing);
                 if found.as_deref() != Some(wanted.as_str()) {
                     return Err(TriggerError::ForeignJob {

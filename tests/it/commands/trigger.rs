@@ -167,6 +167,90 @@ async fn creates_the_job() {
     server.await.unwrap();
 }
 
+fn status(code: u16, reason: &str) -> Response<Body> {
+    json(
+        StatusCode::from_u16(code).unwrap(),
+        &serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+        "message": reason, "reason": reason, "code": code}),
+    )
+}
+
+/// Issue 51, defect 9: an API error that can heal (the server restarting: 500, 503, 429) is
+/// tried again within `--timeout`, and the Job is created; before, the hook exited 1 at once,
+/// which its pod failure policy ends for good.
+#[tokio::test]
+async fn a_transient_api_error_is_tried_again_within_the_timeout() {
+    let (api, mut handle) = setup();
+    let job = the_job("pub-t");
+    let server = tokio::spawn(async move {
+        for (code, reason) in [
+            (500, "InternalError"),
+            (503, "ServiceUnavailable"),
+            (429, "TooManyRequests"),
+        ] {
+            let (_, _, send) = expect(&mut handle, Method::POST, JOBS).await;
+            send.send_response(status(code, reason));
+        }
+        let (body, _, send) = expect(&mut handle, Method::POST, JOBS).await;
+        send.send_response(json(
+            StatusCode::CREATED,
+            &running(serde_json::from_value(body).unwrap()),
+        ));
+    });
+    assert_eq!(
+        trigger(&api, &job, &opts(false, false)).await.unwrap(),
+        Triggered::Complete
+    );
+    server.await.unwrap();
+}
+
+/// What cannot heal (403: RBAC) ends at once with an error (exit 1), after one request; an API
+/// that keeps failing for now ends at `--timeout` (exit 124, which the hook retries).
+#[tokio::test]
+async fn a_refusal_ends_at_once_and_a_failing_api_at_the_timeout() {
+    let (api, mut handle) = setup();
+    let job = the_job("pub-r");
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(async move {
+        let (_, _, send) = expect(&mut handle, Method::POST, JOBS).await;
+        send.send_response(status(403, "Forbidden"));
+        // Nothing more until the test is done with the first call.
+        done_rx.await.unwrap();
+        let mut tries = 0;
+        while let Ok(Some((_, send))) =
+            tokio::time::timeout(Duration::from_secs(5), handle.next_request()).await
+        {
+            tries += 1;
+            send.send_response(status(503, "ServiceUnavailable"));
+        }
+        tries
+    });
+    let refused = trigger(&api, &job, &opts(false, false)).await;
+    assert!(
+        matches!(
+            &refused,
+            Err(package_executor::k8s::trigger::TriggerError::Api(_))
+        ),
+        "{refused:?}"
+    );
+    done_tx.send(()).unwrap();
+    let quick = TriggerOptions {
+        replace_failed: false,
+        wait: false,
+        timeout: Duration::from_millis(1500),
+    };
+    assert_eq!(
+        trigger(&api, &job, &quick).await.unwrap(),
+        Triggered::TimedOut
+    );
+    drop(api);
+    let tries = tokio::time::timeout(Duration::from_secs(30), server)
+        .await
+        .expect("the mock server ends once the client is gone")
+        .unwrap();
+    assert!(tries >= 2, "tried {tries} times within the timeout");
+}
+
 #[tokio::test]
 async fn conflict_attaches_to_our_job() {
     let (api, mut handle) = setup();
