@@ -18,8 +18,10 @@ mkdir -p "$out"
 # the first recovery Job from the suspended template CronJob). After each publication:
 #   package-executor trigger --from-cronjob pe-package-executor-recovery \
 #     --publication-id ID --namespace package-executor
-# The demo fixture, as the control plane would publish it:
+# The demo fixture, as the control plane would publish it (the labels let the pod through the
+# development database's NetworkPolicy):
 #   kubectl -n package-executor run import-demo --restart=Never --image=package-executor:dev \
+#     --labels=app.kubernetes.io/name=package-executor,app.kubernetes.io/instance=pe \
 #     --overrides='{"spec":{"securityContext":{"runAsNonRoot":true,"runAsUser":65532,"seccompProfile":{"type":"RuntimeDefault"}},"containers":[{"name":"c","image":"package-executor:dev","args":["sources","import","/usr/share/package-executor/demo-fixture.json"],"env":[{"name":"DATABASE_URL","valueFrom":{"secretKeyRef":{"name":"pe-package-executor-db","key":"migrate-url"}}}],"securityContext":{"allowPrivilegeEscalation":false,"readOnlyRootFilesystem":true,"capabilities":{"drop":["ALL"]}}}]}}'
 HEAD
   "$helm" template pe charts/package-executor --namespace package-executor \

@@ -278,6 +278,42 @@ fn the_chart_installs_publishes_and_every_project_converges() {
     );
     assert_converged(&ns);
     network_policy_admits_the_executor_to_the_database_and_nothing_else(&ns);
+    the_notes_explain_command_answers(&ns);
+}
+
+/// The NOTES' "why is a project not current?" command, as a person pastes it (PROJECT filled
+/// in), through the NetworkPolicy to the database: it names the rejected project's reason.
+fn the_notes_explain_command_answers(ns: &Namespace) {
+    let notes = helm(ns, &["get", "notes", RELEASE]);
+    let lines: Vec<&str> = notes.lines().collect();
+    let start = lines
+        .iter()
+        .position(|l| l.contains(" run explain "))
+        .unwrap_or_else(|| panic!("no explain command in the NOTES:\n{notes}"));
+    let mut command = String::new();
+    for line in &lines[start..] {
+        let line = line.trim();
+        match line.strip_suffix('\\') {
+            Some(part) => command.push_str(part),
+            None => {
+                command.push_str(line);
+                break;
+            }
+        }
+    }
+    let command = command.replace("PROJECT", "demo-rejected");
+    let out = std::process::Command::new("timeout")
+        .args(["180", "sh", "-c", &command])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("sh");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{command}\n{text}\n{}", ns.describe());
+    assert!(text.contains("demo-rejected"), "{command}\n{text}");
 }
 
 /// NetworkPolicy is enforced (kube-router's controller, started by scripts/cluster.sh), both

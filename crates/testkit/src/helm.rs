@@ -65,12 +65,16 @@ pub fn template(args: &[&str]) -> String {
 pub const RENDERS_ENV: &str = "PE_CHART_RENDERS";
 
 /// Keeps a render (YAML or JSON objects) for the API server's judgement, one file per distinct
-/// render, when [`RENDERS_ENV`] is set; does nothing otherwise.
+/// render, when [`RENDERS_ENV`] is set; does nothing otherwise, nor for a render of no objects
+/// (a subchart turned off), which `kubectl apply` would refuse as empty.
 pub fn record(rendered: &str) {
     use sha2::Digest as _;
     let Some(dir) = std::env::var_os(RENDERS_ENV) else {
         return;
     };
+    if docs(rendered).is_empty() {
+        return;
+    }
     let digest = sha2::Sha256::digest(rendered.as_bytes());
     let name: String = digest.iter().take(12).map(|b| format!("{b:02x}")).collect();
     std::fs::create_dir_all(&dir).expect("the renders folder");

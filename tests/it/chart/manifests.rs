@@ -1586,6 +1586,38 @@ fn notes(values: &[&str]) -> String {
 /// its addresses, its ports to any address, and NOTES says so), IPv6 CIDRs, the DNS ports
 /// OpenShift needs, extra egress rules; and NOTES names the recovery Job `trigger` really
 /// makes.
+/// Issue 51, defect 8: the `kubectl run` commands the NOTES and the manifests' header give
+/// made pods without the chart's labels, which the development database's NetworkPolicy turns
+/// away. Each now carries the labels that policy admits (`pe.selector`); the cluster tier runs
+/// the NOTES' command itself.
+#[test]
+fn the_kubectl_run_commands_we_give_carry_the_labels_the_network_policy_admits() {
+    let labels = "--labels=app.kubernetes.io/name=package-executor,app.kubernetes.io/instance=pe";
+    let manifests =
+        std::fs::read_to_string(root().join("manifests/10-package-executor.yaml")).unwrap();
+    for (what, text) in [
+        ("NOTES", notes(&["--set", "postgresql.enabled=true"])),
+        ("manifests/10-package-executor.yaml", manifests),
+    ] {
+        let lines: Vec<&str> = text.lines().collect();
+        let runs: Vec<usize> = (0..lines.len())
+            .filter(|&i| lines[i].contains("kubectl") && lines[i].contains(" run "))
+            .collect();
+        assert!(!runs.is_empty(), "{what} gives no kubectl run command");
+        for i in runs {
+            // The command and its continuation lines.
+            let command: String = lines[i..]
+                .iter()
+                .take_while(|l| !l.trim().is_empty())
+                .take(4)
+                .copied()
+                .collect::<Vec<_>>()
+                .join("\n");
+            assert!(command.contains(labels), "{what}: {command}");
+        }
+    }
+}
+
 #[test]
 fn the_network_policy_and_notes_hold_on_common_clusters() {
     let policy = |values: &[&str]| {
