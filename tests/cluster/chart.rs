@@ -416,13 +416,25 @@ fn upgrade_rollback_and_uninstall_leave_only_the_claim() {
     let ns = Namespace::new("e2e-life");
     upgrade(&ns, &[]);
     assert_eq!(recovery_memory_limit(&ns), "228Mi");
-    upgrade(&ns, &["--set", "run.concurrency=2"]);
+    // A changed development password (issue 51, defect 4): the upgrade's migration hook logs in
+    // with it (`upgrade` fails otherwise), and so does the executor.
+    upgrade(
+        &ns,
+        &[
+            "--set",
+            "run.concurrency=2",
+            "--set",
+            "postgresql.password=second-pass",
+        ],
+    );
     assert_eq!(recovery_memory_limit(&ns), "178Mi");
+    assert_logs_in(&ns, "after-change");
     helm(
         &ns,
         &["rollback", RELEASE, "1", "--wait", "--timeout", "5m"],
     );
     assert_eq!(recovery_memory_limit(&ns), "228Mi");
+    assert_logs_in(&ns, "after-rollback");
     let history = helm(&ns, &["history", RELEASE, "-o", "json"]);
     let history: Value = serde_json::from_str(&history).unwrap();
     assert_eq!(history.as_array().unwrap().len(), 3, "{history}");
@@ -453,6 +465,41 @@ fn upgrade_rollback_and_uninstall_leave_only_the_claim() {
         left[0].starts_with("persistentvolumeclaim/data-"),
         "the development database's claim stays (docs/operations.md): {left:?}"
     );
+
+    // A reinstall onto the kept claim with another password: the database takes the new one.
+    upgrade(&ns, &["--set", "postgresql.password=third-pass"]);
+    assert_logs_in(&ns, "after-reinstall");
+    // The claim's size cannot change: refused before the API server would, saying what to do.
+    let mut args: Vec<String> = ["upgrade", RELEASE, "charts/package-executor"]
+        .map(str::to_owned)
+        .to_vec();
+    args.extend(values(&[
+        "--set",
+        "postgresql.password=third-pass",
+        "--set",
+        "postgresql.storage=128Mi",
+    ]));
+    let out = std::process::Command::new(helm::bin())
+        .args(&args)
+        .args(["--namespace", &ns.name])
+        .current_dir(helm::root())
+        .output()
+        .expect("helm");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a storage change was accepted");
+    assert!(
+        err.contains("postgresql.storage cannot change once installed (it is 64Mi")
+            && err.contains("keep postgresql.storage=64Mi"),
+        "{err}"
+    );
+}
+
+/// Both of the chart's database logins work: the owner's (`verify`) and the executor's (`run`).
+fn assert_logs_in(ns: &Namespace, label: &str) {
+    let (code, log) = run_once(ns, &format!("verify-{label}"), "migrate-url", &["verify"]);
+    assert_eq!(code, 0, "verify {label}: {log}");
+    let (code, log) = run_once(ns, &format!("run-{label}"), "executor-url", &["run"]);
+    assert_eq!(code, 0, "run {label}: {log}");
 }
 
 /// The name of the release's first KIND whose component label is COMPONENT ("" when none).
