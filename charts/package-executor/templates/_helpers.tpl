@@ -110,8 +110,18 @@ alone decides what runs; the tag stays for people reading the pod). */}}
 {{- with .Values.image.digest }}@{{ . }}{{ end -}}
 {{- end -}}
 
+{{/* The publication id of this install, upgrade or sync: publicationId when the pipeline sets
+one, else `release-<revision>-<digest of the chart's version and every value>`. Helm and Flux
+count revisions; Argo CD renders with `helm template`, where the revision is always 1, so the
+digest is what tells one sync's configuration from another's: a sync that changes anything
+starts a run, and one that changes nothing attaches to the run of the same configuration (and
+re-creates it if it failed: the hook passes --replace-failed). */}}
 {{- define "pe.publication" -}}
-{{- default (printf "release-%d" .Release.Revision) .Values.publicationId -}}
+{{- if .Values.publicationId -}}
+{{- .Values.publicationId -}}
+{{- else -}}
+{{- printf "release-%d-%s" .Release.Revision (printf "%s\n%s" .Chart.Version (toJson .Values) | sha256sum | trunc 8) -}}
+{{- end -}}
 {{- end -}}
 
 {{/* Memory limit: the bound docs/contract.md states ("Memory"), at the chart's flags:

@@ -339,15 +339,15 @@ fn chart_lints_validates_and_parses() {
         .map(|a| a.as_str().unwrap())
         .collect();
     assert_eq!(
-        &args[..5],
+        &args[..4],
         [
             "trigger",
             "--from-cronjob",
             "pe-package-executor-recovery",
             "--publication-id",
-            "release-1"
         ]
     );
+    assert!(args[4].starts_with("release-1-"), "{args:?}");
     for pod in [
         &find(&d, "Job", "migrate")["spec"]["template"]["spec"],
         &find(&d, "CronJob", "recovery")["spec"]["jobTemplate"]["spec"]["template"]["spec"],
@@ -1618,6 +1618,47 @@ fn the_kubectl_run_commands_we_give_carry_the_labels_the_network_policy_admits()
     }
 }
 
+/// Issue 51, defect 7: Argo CD renders with `helm template`, where every render's revision is
+/// 1, so the publication id was always `release-1` and later syncs attached to the first
+/// recovery Job and started no run (a failed one failed every sync for a day). The id now
+/// carries a digest of the chart's version and values: a render that changes anything gets
+/// another id (another Job), an identical one the same; the hook re-creates a failed Job of
+/// its own publication (--replace-failed); a pipeline's publicationId is used as given.
+#[test]
+fn each_configuration_is_a_publication_under_helm_template() {
+    let id = |values: &[&str]| {
+        let d = docs_of(values);
+        let hook = d
+            .iter()
+            .find(|doc| {
+                doc["kind"] == "Job"
+                    && doc["metadata"]["labels"]["app.kubernetes.io/component"] == "release-trigger"
+            })
+            .expect("the release hook");
+        let args: Vec<String> = hook["spec"]["template"]["spec"]["containers"][0]["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap().to_owned())
+            .collect();
+        assert!(args.iter().any(|a| a == "--replace-failed"), "{args:?}");
+        let at = args.iter().position(|a| a == "--publication-id").unwrap();
+        args[at + 1].clone()
+    };
+    let first = id(&[]);
+    assert!(first.starts_with("release-1-"), "{first}");
+    assert_eq!(
+        id(&[]),
+        first,
+        "an identical render is the same publication"
+    );
+    let changed = id(&["image.tag=0.1.1"]);
+    assert_ne!(changed, first, "a changed image is another publication");
+    assert_ne!(id(&["run.concurrency=2"]), first);
+    assert_ne!(id(&["run.concurrency=2"]), changed);
+    assert_eq!(id(&["publicationId=pipeline-42"]), "pipeline-42");
+}
+
 #[test]
 fn the_network_policy_and_notes_hold_on_common_clusters() {
     let policy = |values: &[&str]| {
@@ -1671,7 +1712,7 @@ fn the_network_policy_and_notes_hold_on_common_clusters() {
 
     // NOTES names the Job trigger makes of the template, with and without shards.
     for shards in ["1", "11"] {
-        let set = format!("run.shards={shards}");
+        let set = format!("run.shards={shards},publicationId=p-1");
         let d = docs(&run_helm(&[
             "template",
             "pe",
@@ -1679,7 +1720,7 @@ fn the_network_policy_and_notes_hold_on_common_clusters() {
             "--set",
             &set,
         ]));
-        let job = triggered_job(find(&d, "CronJob", "recovery"), None, "release-1", None);
+        let job = triggered_job(find(&d, "CronJob", "recovery"), None, "p-1", None);
         let name = job.metadata.name.unwrap();
         let text = notes(&["--set", &set]);
         assert!(
