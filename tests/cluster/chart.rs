@@ -120,6 +120,11 @@ fn run_once(ns: &Namespace, name: &str, key: &str, args: &[&str]) -> (i64, Strin
                 "image": format!("{repository}:{tag}"),
                 "imagePullPolicy": "Never",
                 "args": args,
+                // Limits too: the matrix's namespace has a ResourceQuota on CPU limits.
+                "resources": {
+                    "requests": {"cpu": "100m", "memory": "128Mi"},
+                    "limits": {"cpu": "1", "memory": "256Mi"}
+                },
                 "env": [{"name": "DATABASE_URL", "valueFrom": {"secretKeyRef": {
                     "name": db_secret(ns), "key": key}}}],
                 "securityContext": {
@@ -439,32 +444,7 @@ fn upgrade_rollback_and_uninstall_leave_only_the_claim() {
     let history: Value = serde_json::from_str(&history).unwrap();
     assert_eq!(history.as_array().unwrap().len(), 3, "{history}");
 
-    helm(&ns, &["uninstall", RELEASE, "--wait", "--timeout", "5m"]);
-    // Jobs made from the recovery template go with it, by their owner, and the StatefulSet's
-    // pod with the StatefulSet: the garbage collector deletes them after the uninstall.
-    let owned = ns.kubectl(&["get", "jobs,pods", "-o", "name"]);
-    for object in owned.lines() {
-        ns.wait(object, "delete", "120s");
-    }
-    let kinds = cluster::kubectl(&[
-        "api-resources",
-        "--verbs=list",
-        "--namespaced",
-        "-o",
-        "name",
-    ]);
-    let kinds: Vec<&str> = kinds.lines().filter(|k| !k.starts_with("events")).collect();
-    let left = ns.kubectl(&["get", &kinds.join(","), "-o", "name"]);
-    let left: Vec<&str> = left
-        .lines()
-        // What every namespace has, made by its controllers, not by the release.
-        .filter(|o| *o != "serviceaccount/default" && *o != "configmap/kube-root-ca.crt")
-        .collect();
-    assert_eq!(left.len(), 1, "left after uninstall: {left:?}");
-    assert!(
-        left[0].starts_with("persistentvolumeclaim/data-"),
-        "the development database's claim stays (docs/operations.md): {left:?}"
-    );
+    uninstall_leaves_only_the_claim(&ns);
 
     // A reinstall onto the kept claim with another password: the database takes the new one.
     upgrade(&ns, &["--set", "postgresql.password=third-pass"]);
@@ -491,6 +471,37 @@ fn upgrade_rollback_and_uninstall_leave_only_the_claim() {
         err.contains("postgresql.storage cannot change once installed (it is 64Mi")
             && err.contains("keep postgresql.storage=64Mi"),
         "{err}"
+    );
+}
+
+/// `helm uninstall`, after which nothing of the release is left in its namespace but the
+/// development database's claim (docs/operations.md says it stays).
+fn uninstall_leaves_only_the_claim(ns: &Namespace) {
+    helm(ns, &["uninstall", RELEASE, "--wait", "--timeout", "5m"]);
+    // Jobs made from the recovery template go with it, by their owner, and the StatefulSet's
+    // pod with the StatefulSet: the garbage collector deletes them after the uninstall.
+    let owned = ns.kubectl(&["get", "jobs,pods", "-o", "name"]);
+    for object in owned.lines() {
+        ns.wait(object, "delete", "120s");
+    }
+    let kinds = cluster::kubectl(&[
+        "api-resources",
+        "--verbs=list",
+        "--namespaced",
+        "-o",
+        "name",
+    ]);
+    let kinds: Vec<&str> = kinds.lines().filter(|k| !k.starts_with("events")).collect();
+    let left = ns.kubectl(&["get", &kinds.join(","), "-o", "name"]);
+    let left: Vec<&str> = left
+        .lines()
+        // What every namespace has, made by its controllers, not by the release.
+        .filter(|o| *o != "serviceaccount/default" && *o != "configmap/kube-root-ca.crt")
+        .collect();
+    assert_eq!(left.len(), 1, "left after uninstall: {left:?}");
+    assert!(
+        left[0].starts_with("persistentvolumeclaim/data-"),
+        "the development database's claim stays (docs/operations.md): {left:?}"
     );
 }
 
@@ -704,4 +715,66 @@ fn a_run_pod_and_the_database_pod_deleted_then_the_sweep_on_its_schedule() {
         "jsonpath={.status.lastSuccessfulTime}",
         "180s",
     );
+}
+
+/// Issue 51's matrix, the part installed for real: each value set is installed with the
+/// development database, imports the demo fixture, publishes (its recovery Job completes and
+/// publishes every buildable project) and is uninstalled, leaving only the claim. Every render
+/// of the chart's own tests (the rest of the matrix) goes through the API server in
+/// `renders.rs`.
+fn install_publish_uninstall(prefix: &str, setup: Option<&str>, extra: &[&str]) {
+    let ns = Namespace::new(prefix);
+    if let Some(yaml) = setup {
+        ns.apply(yaml);
+    }
+    let mut values = Vec::new();
+    for v in extra {
+        values.extend(["--set", *v]);
+    }
+    let (_, summaries) = install_import_publish(&ns, &values);
+    assert_eq!(published(&summaries), 3, "{extra:?}: {summaries:?}");
+    if setup.is_some() {
+        // What the test made is not the release's to remove.
+        ns.kubectl(&["delete", "resourcequotas,limitranges", "--all"]);
+    }
+    uninstall_leaves_only_the_claim(&ns);
+}
+
+macro_rules! installed {
+    ($($name:ident($prefix:literal, $setup:expr, [$($value:literal),* $(,)?]);)*) => {$(
+        #[test]
+        #[ignore = "needs a cluster: scripts/test.sh cluster"]
+        fn $name() {
+            install_publish_uninstall($prefix, $setup, &[$($value),*]);
+        }
+    )*};
+}
+
+/// Every pod must state a CPU limit here (issue 51, defect 10).
+const CPU_QUOTA: &str = "apiVersion: v1\nkind: ResourceQuota\nmetadata: {name: cpu}\nspec:\n  hard: {limits.cpu: \"16\"}\n";
+
+installed! {
+    matrix_name_override("m-name", None, ["nameOverride=executor"]);
+    matrix_fullname_override("m-fullname", None, ["fullnameOverride=ops"]);
+    matrix_sweep("m-sweep", None, ["sweep.enabled=true"]);
+    matrix_no_network_policy("m-nonetpol", None, ["networkPolicy.enabled=false"]);
+    matrix_trigger_in_cluster("m-trigger", None, ["rbac.triggerInCluster=true"]);
+    matrix_memory_request("m-memory", None, ["resources.requests.memory=300Mi"]);
+    matrix_cpu_limits_under_a_quota("m-quota", Some(CPU_QUOTA), [
+        "resources.limits.cpu=1",
+        "migration.resources.limits.cpu=500m",
+        "recovery.hookResources.limits.cpu=200m",
+        "postgresql.resources.limits.cpu=1",
+    ]);
+    matrix_smallest_budget("m-small", None, ["run.concurrency=1", "run.memoryBudgetMiB=50"]);
+    matrix_pod_labels_and_annotations("m-meta", None, [
+        "podLabels.team=tools",
+        "podAnnotations.example\\.com/owner=tools",
+    ]);
+    matrix_scheduling("m-sched", None, [
+        "nodeSelector.kubernetes\\.io/os=linux",
+        "tolerations[0].key=dedicated",
+        "tolerations[0].operator=Exists",
+        "tolerations[0].effect=NoSchedule",
+    ]);
 }
