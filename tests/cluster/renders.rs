@@ -95,3 +95,37 @@ fn every_chart_render_passes_the_api_server() {
         refused.join("\n")
     );
 }
+
+/// The other half of `tests/it/chart/manifests.rs`'s schema test: each value the schema refuses
+/// (`helm::REFUSED_BY_THE_API_SERVER`), rendered without the schema, is refused by the API
+/// server too, so the schema is no stricter than the server on them.
+#[test]
+#[ignore = "needs a cluster: scripts/test.sh cluster"]
+fn what_the_schema_refuses_the_api_server_refuses() {
+    let ns = Namespace::new("refused");
+    let mut accepted = Vec::new();
+    for set in helm::REFUSED_BY_THE_API_SERVER {
+        let out = helm::template_output(&["--skip-schema-validation", "--set", set]);
+        assert!(
+            out.status.success(),
+            "{set}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut objects = helm::objects(&String::from_utf8_lossy(&out.stdout));
+        for object in &mut objects {
+            object["metadata"]["namespace"] = Value::String(ns.name.clone());
+        }
+        let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objects});
+        let out = ns.kubectl_output(
+            &["create", "--dry-run=server", "-o", "name", "-f", "-"],
+            Some(&list.to_string()),
+        );
+        if out.status.success() {
+            accepted.push(*set);
+        }
+    }
+    assert!(
+        accepted.is_empty(),
+        "the API server accepts what the schema refuses: {accepted:?}"
+    );
+}

@@ -115,3 +115,41 @@ pub fn alert_rules() -> (serde_json::Value, serde_json::Value) {
         .expect("the chart renders a PrometheusRule");
     (serde_json::json!({"groups": rule["spec"]["groups"]}), rule)
 }
+
+/// Values the chart's schema refuses because the API server would refuse what they render
+/// (issue 51, defect 5: every value the schema accepts must give objects the API server
+/// accepts). The chart tests check that the schema refuses each; the cluster tier renders each
+/// without the schema and checks that the API server refuses it too, so no entry of the
+/// schema is stricter than the server on these.
+pub const REFUSED_BY_THE_API_SERVER: &[&str] = &[
+    "database.port=70000",
+    "metrics.pushUrl=http://pushgateway:9091,metrics.pushPort=70000",
+    "networkPolicy.apiServer.cidrs={10.0.0.0/33}",
+    "networkPolicy.apiServer.cidrs={10.0.0/8}",
+    "networkPolicy.apiServer.ports={70000}",
+    "networkPolicy.dns.ports={0}",
+    "sweep.enabled=true,sweep.timeZone=Europe/Berln",
+    "sweep.enabled=true,sweep.timeZone=Local",
+    "sweep.enabled=true,sweep.schedule=TZ=UTC 0 * * * *",
+    "sweep.enabled=true,sweep.schedule=0 * * *",
+    "serviceAccount.create=false,serviceAccount.name=Ops_Account,serviceAccount.triggerName=t",
+    "priorityClassName=High_Priority",
+    "podLabels.team=has space",
+    "podLabels.bad key=x",
+    "podAnnotations.bad key=x",
+    "nodeSelector.kubernetes\\.io/os=linux!",
+    "tolerations[0].operator=Exists,tolerations[0].value=x",
+    "tolerations[0].key=k,tolerations[0].tolerationSeconds=10,tolerations[0].effect=NoSchedule",
+    "tolerations[0].value=x",
+    "tolerations[0].key=bad key,tolerations[0].operator=Exists",
+];
+
+/// Values the schema refuses although the API server would accept what they render: names and
+/// keys no Secret or ConfigMap can have (the server checks the reference's shape only where it
+/// creates the object), so the pod would wait for ever. Found by the cluster tier's check of
+/// the list above.
+pub const REFUSED_AS_NAMES_NOTHING_CAN_HAVE: &[&str] = &[
+    "imagePullSecrets[0].name=Bad_Name",
+    "database.tls.sslmode=verify-full,database.tls.ca.configMap=Bad_CM",
+    "database.tls.sslmode=verify-full,database.tls.ca.configMap=db-ca,database.tls.ca.key=bad/key",
+];

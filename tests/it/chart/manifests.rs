@@ -1618,6 +1618,25 @@ fn the_kubectl_run_commands_we_give_carry_the_labels_the_network_policy_admits()
     }
 }
 
+/// Issue 51, defect 5: each value of `helm::REFUSED_BY_THE_API_SERVER` renders objects the API
+/// server refuses (the cluster tier shows it), and the schema now refuses it first, naming the
+/// value; the values the chart's other tests render (and the server accepts) pass.
+#[test]
+fn the_schema_refuses_what_the_api_server_refuses() {
+    let refused = helm::REFUSED_BY_THE_API_SERVER
+        .iter()
+        .chain(helm::REFUSED_AS_NAMES_NOTHING_CAN_HAVE);
+    for set in refused {
+        let out = helm::template_output(&["--set", set]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{set} was accepted");
+        assert!(
+            err.contains("values don't meet the specifications of the schema"),
+            "{set}: {err}"
+        );
+    }
+}
+
 /// Issue 51, defect 7: Argo CD renders with `helm template`, where every render's revision is
 /// 1, so the publication id was always `release-1` and later syncs attached to the first
 /// recovery Job and started no run (a failed one failed every sync for a day). The id now
