@@ -120,7 +120,15 @@ re-creates it if it failed: the hook passes --replace-failed). */}}
 {{- if .Values.publicationId -}}
 {{- .Values.publicationId -}}
 {{- else -}}
-{{- printf "release-%d-%s" .Release.Revision (printf "%s\n%s" .Chart.Version (toJson .Values) | sha256sum | trunc 8) -}}
+{{- /* Without the values that may hold credentials (database URLs, the development password, a
+push URL): the id is readable by anyone who may read Jobs, and a short digest of a password
+could be checked against guesses. */ -}}
+{{- $values := deepCopy .Values -}}
+{{- $_ := unset $values "publicationId" -}}
+{{- if $values.database }}{{ $_ = unset $values.database "migrateUrl" }}{{ $_ = unset $values.database "executorUrl" }}{{ end -}}
+{{- if $values.postgresql }}{{ $_ = unset $values.postgresql "password" }}{{ end -}}
+{{- if $values.metrics }}{{ $_ = unset $values.metrics "pushUrl" }}{{ end -}}
+{{- printf "release-%d-%s" .Release.Revision (printf "%s\n%s" .Chart.Version (toJson $values) | sha256sum | trunc 8) -}}
 {{- end -}}
 {{- end -}}
 
