@@ -34,6 +34,19 @@ spec:
           x-kubernetes-preserve-unknown-fields: true
 "#;
 
+/// Creates a render's objects in NS with a server-side dry run: kubectl's output.
+fn create_dry_run(ns: &Namespace, rendered: &str) -> std::process::Output {
+    let mut objects = helm::objects(rendered);
+    for object in &mut objects {
+        object["metadata"]["namespace"] = Value::String(ns.name.clone());
+    }
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objects});
+    ns.kubectl_output(
+        &["create", "--dry-run=server", "-o", "name", "-f", "-"],
+        Some(&list.to_string()),
+    )
+}
+
 fn renders() -> Vec<PathBuf> {
     let dir = std::env::var_os(helm::RENDERS_ENV).unwrap_or_else(|| {
         panic!(
@@ -72,16 +85,7 @@ fn every_chart_render_passes_the_api_server() {
     let mut judged = 0;
     let mut refused = Vec::new();
     for file in &files {
-        let text = std::fs::read_to_string(file).unwrap();
-        let mut objects = helm::objects(&text);
-        for object in &mut objects {
-            object["metadata"]["namespace"] = Value::String(ns.name.clone());
-        }
-        let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objects});
-        let out = ns.kubectl_output(
-            &["create", "--dry-run=server", "-o", "name", "-f", "-"],
-            Some(&list.to_string()),
-        );
+        let out = create_dry_run(&ns, &std::fs::read_to_string(file).unwrap());
         let stderr = String::from_utf8_lossy(&out.stderr);
         if !out.status.success() || stderr.contains("Warning") {
             refused.push(format!("{}:\n{stderr}", file.display()));
@@ -111,15 +115,7 @@ fn what_the_schema_refuses_the_api_server_refuses() {
             "{set}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let mut objects = helm::objects(&String::from_utf8_lossy(&out.stdout));
-        for object in &mut objects {
-            object["metadata"]["namespace"] = Value::String(ns.name.clone());
-        }
-        let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objects});
-        let out = ns.kubectl_output(
-            &["create", "--dry-run=server", "-o", "name", "-f", "-"],
-            Some(&list.to_string()),
-        );
+        let out = create_dry_run(&ns, &String::from_utf8_lossy(&out.stdout));
         if out.status.success() {
             accepted.push(*set);
         }

@@ -171,33 +171,24 @@ server requires (ValidateResourceRequirements); call with (list "<values key>" <
 {{- end -}}
 
 {{/* The run pods' resources: `resources` over the sized defaults (a request and a limit of the
-memory bound, pe.memory). A memory limit given alone also caps the request, and a memory request
-given alone also raises the limit, so that the request never exceeds the limit; a memory limit
-below the bound is refused, since the run may use all of it. */}}
+memory bound, pe.memory). A memory request given alone above the bound raises the limit with it;
+a memory limit below the bound is refused, since the run may use all of it; and no request may
+exceed its limit. */}}
 {{- define "pe.runResources" -}}
 {{- $memory := include "pe.memory" . -}}
 {{- $given := deepCopy (.Values.resources | default dict) -}}
 {{- $requests := $given.requests | default dict -}}
 {{- $limits := $given.limits | default dict -}}
 {{- $bound := include "pe.quantity" $memory | float64 -}}
+{{- $limit := $memory -}}
 {{- if hasKey $limits "memory" -}}
 {{- if lt (include "pe.quantity" $limits.memory | float64) $bound -}}
 {{- fail (printf "resources.limits.memory (%v) is below the run's memory bound, %s (32 MiB + run.memoryBudgetMiB, at least 50, + 25 MiB per run.concurrency worker: docs/contract.md, \"Memory\"): a run may use all of it and be killed. Lower run.memoryBudgetMiB or run.concurrency instead, or leave the limit out" $limits.memory $memory) -}}
 {{- end -}}
-{{- end -}}
-{{- $request := $memory -}}
-{{- $limit := $memory -}}
-{{- if and (hasKey $limits "memory") (not (hasKey $requests "memory")) -}}
-{{- $request = $memory -}}
-{{- $limit = $limits.memory -}}
-{{- else if and (hasKey $requests "memory") (not (hasKey $limits "memory")) -}}
-{{- $request = $requests.memory -}}
-{{- if gt (include "pe.quantity" $requests.memory | float64) $bound -}}
+{{- else if and (hasKey $requests "memory") (gt (include "pe.quantity" $requests.memory | float64) $bound) -}}
 {{- $limit = $requests.memory -}}
 {{- end -}}
-{{- end -}}
-{{- $sized := dict "requests" (dict "cpu" "250m" "memory" $request) "limits" (dict "memory" $limit) -}}
-{{- $resources := mergeOverwrite $sized $given -}}
+{{- $resources := mergeOverwrite (dict "requests" (dict "cpu" "250m" "memory" $memory) "limits" (dict "memory" $limit)) $given -}}
 {{- include "pe.checkResources" (list "resources" $resources) -}}
 {{- toYaml $resources -}}
 {{- end -}}

@@ -1129,14 +1129,7 @@ fn no_request_exceeds_its_limit() {
         ),
     ];
     for (values, says) in refused {
-        let mut args = Vec::new();
-        for v in values {
-            args.extend(["--set", v]);
-        }
-        let out = helm::template_output(&args);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{values:?} was accepted");
-        assert!(err.contains(says), "{values:?}: {err}");
+        assert_refused(values, says);
     }
     // The development database's resources are the operator's to set (a namespace that asks
     // for CPU limits), and reach its container.
@@ -1387,14 +1380,7 @@ fn no_role_is_bound_to_an_account_other_pods_run_as() {
         ),
     ];
     for (values, says) in refused {
-        let mut args = Vec::new();
-        for v in values {
-            args.extend(["--set", v]);
-        }
-        let out = helm::template_output(&args);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{values:?} was accepted");
-        assert!(err.contains(says), "{values:?}: {err}");
+        assert_refused(values, says);
     }
     let docs = docs_of(&[
         "serviceAccount.create=false",
@@ -1420,12 +1406,21 @@ fn no_role_is_bound_to_an_account_other_pods_run_as() {
     assert!(!unbound.iter().any(|d| d["kind"] == "RoleBinding"));
 }
 
+/// `--set V` for each of VALUES.
+fn set_args<'a>(values: &[&'a str]) -> Vec<&'a str> {
+    values.iter().flat_map(|v| ["--set", *v]).collect()
+}
+
 fn docs_of(values: &[&str]) -> Vec<Value> {
-    let mut args = Vec::new();
-    for v in values {
-        args.extend(["--set", *v]);
-    }
-    docs(&render(&args))
+    docs(&render(&set_args(values)))
+}
+
+/// The chart refuses to render VALUES (each given with `--set`), saying SAYS.
+fn assert_refused(values: &[&str], says: &str) {
+    let out = helm::template_output(&set_args(values));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{values:?} was accepted");
+    assert!(err.contains(says), "{values:?}: {err}");
 }
 
 /// As a subchart: Helm passes every subchart `global` (the parent's global values), which a
@@ -1627,13 +1622,7 @@ fn the_schema_refuses_what_the_api_server_refuses() {
         .iter()
         .chain(helm::REFUSED_AS_NAMES_NOTHING_CAN_HAVE);
     for set in refused {
-        let out = helm::template_output(&["--set", set]);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{set} was accepted");
-        assert!(
-            err.contains("values don't meet the specifications of the schema"),
-            "{set}: {err}"
-        );
+        assert_refused(&[set], "values don't meet the specifications of the schema");
     }
 }
 
