@@ -8,7 +8,7 @@
 //! document written from them and the copy the driver sends). A budget smaller than the
 //! largest single read still lets that read run, alone, so the bound counts the larger of the
 //! two. The rest is the process itself. The chart's memory limit is this formula at the
-//! chart's values (`pe.memory` in `_helpers.tpl`; `tests/it/chart/manifests.rs` holds the two
+//! chart's values (`pe.memory` in `_pod.tpl`; `tests/it/chart/manifests.rs` holds the two
 //! equal).
 
 use crate::planner::MAX_SNAPSHOT_BYTES;

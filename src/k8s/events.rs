@@ -29,13 +29,30 @@ pub fn run_event(
         }),
         reason: Some("RunSummary".into()),
         action: Some("Run".into()),
-        note: Some(message.chars().take(1024).collect()),
+        note: Some(note(message).to_owned()),
         type_: Some(if warning { "Warning" } else { "Normal" }.into()),
         event_time: Some(MicroTime(k8s_openapi::jiff::Timestamp::now())),
         reporting_controller: Some("package-executor".into()),
         reporting_instance: Some(instance.into()),
         ..Event::default()
     }
+}
+
+/// The API server's cap on an Event's note, in bytes (`NoteLengthLimit` in
+/// kubernetes/pkg/apis/core/validation/events.go, measured with Go's `len`, which counts bytes).
+pub const NOTE_LIMIT_BYTES: usize = 1024;
+
+/// `message` cut to [`NOTE_LIMIT_BYTES`] at a character boundary, so that a note of non-ASCII
+/// text (a project id, a reason) is neither refused for its bytes nor split inside a character.
+pub fn note(message: &str) -> &str {
+    if message.len() <= NOTE_LIMIT_BYTES {
+        return message;
+    }
+    let mut end = NOTE_LIMIT_BYTES;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    &message[..end]
 }
 
 /// Records `message` on Job `job` in `namespace`; logs and carries on when it cannot.
@@ -63,5 +80,29 @@ pub async fn record_with(
     let api: Api<Event> = Api::namespaced(client, namespace);
     if let Err(e) = api.create(&PostParams::default(), &event).await {
         tracing::warn!(error = %e, "cannot record the run summary as an Event (RBAC?); carrying on");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The cap counts bytes (issue 51): 1,000 two-byte characters were 2,000 bytes when the
+    /// note was cut by characters, and the API server refused the Event.
+    #[test]
+    fn the_note_fits_the_api_servers_byte_limit_on_a_character_boundary() {
+        for message in ["é".repeat(1000), "x".repeat(1023) + "€€", "a".repeat(5000)] {
+            let cut = note(&message);
+            assert!(cut.len() <= NOTE_LIMIT_BYTES, "{} bytes", cut.len());
+            assert!(
+                cut.len() > NOTE_LIMIT_BYTES - 4,
+                "as much as fits: {}",
+                cut.len()
+            );
+            assert!(message.starts_with(cut));
+        }
+        assert_eq!(note("short"), "short");
+        let event = run_event("ns", "job", "pod", false, &"é".repeat(1000));
+        assert!(event.note.unwrap().len() <= NOTE_LIMIT_BYTES);
     }
 }

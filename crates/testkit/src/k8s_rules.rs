@@ -313,6 +313,109 @@ pub fn hook_ordering(docs: &[Value], out: &mut Broken) {
     }
 }
 
+/// Where Argo CD runs an object in a sync: (phase, wave). Argo CD renders the chart with `helm
+/// template` and orders the sync itself: by phase (PreSync, Sync, PostSync), then by wave
+/// (gitops-engine pkg/sync). A hook's phase is its `argocd.argoproj.io/hook`, else Helm's hook
+/// mapped (pre-install and pre-upgrade to PreSync, post-install and post-upgrade to PostSync);
+/// "we ignore Helm hooks if we have Argo hook" (pkg/sync/hook/hook.go). A wave is
+/// `argocd.argoproj.io/sync-wave`, else `helm.sh/hook-weight`, else 0 (pkg/sync/syncwaves).
+pub fn argo_cd_step(d: &Value) -> (u8, i64) {
+    let a = &d["metadata"]["annotations"];
+    let csv = |key: &str| -> Vec<String> {
+        a[key]
+            .as_str()
+            .unwrap_or_default()
+            .split(',')
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .collect()
+    };
+    let argo = csv("argocd.argoproj.io/hook");
+    let phases: Vec<u8> = if argo.is_empty() {
+        csv("helm.sh/hook")
+            .iter()
+            .filter_map(|h| match h.as_str() {
+                "pre-install" | "pre-upgrade" | "crd-install" => Some(0),
+                "post-install" | "post-upgrade" => Some(2),
+                _ => None,
+            })
+            .collect()
+    } else {
+        argo.iter()
+            .filter_map(|h| match h.as_str() {
+                "PreSync" => Some(0),
+                "Sync" => Some(1),
+                "PostSync" => Some(2),
+                _ => None,
+            })
+            .collect()
+    };
+    let phase = phases.into_iter().min().unwrap_or(1);
+    let wave = a["argocd.argoproj.io/sync-wave"]
+        .as_str()
+        .or(a["helm.sh/hook-weight"].as_str())
+        .and_then(|w| w.trim().parse().ok())
+        .unwrap_or(0);
+    (phase, wave)
+}
+
+/// Argo CD starts each step of a sync only once every object of the steps before it is
+/// Healthy, and fails the sync when one is Degraded (gitops-engine pkg/sync/sync_context.go:
+/// a running task's health, Healthy succeeds, Degraded fails; PostSync hooks run "after ...
+/// all resources in a Healthy state"). A CronJob whose last Job failed is Degraded
+/// (argo-cd resource_customizations/batch/CronJob/health.lua) and a suspended one is
+/// Suspended in some releases, never Healthy: so no hook Job may come after a CronJob, except
+/// the release's trigger after the recovery template it reads; and the migration comes before
+/// the trigger.
+pub fn argo_cd_order(docs: &[Value], out: &mut Broken) {
+    let name = |d: &Value| {
+        d["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let hooks: Vec<&Value> = docs
+        .iter()
+        .filter(|d| d["kind"] == "Job" && !d["metadata"]["annotations"]["helm.sh/hook"].is_null())
+        .collect();
+    for hook in &hooks {
+        let trigger =
+            hook["metadata"]["labels"]["app.kubernetes.io/component"] == "release-trigger";
+        for cron in docs.iter().filter(|d| d["kind"] == "CronJob") {
+            let template = name(cron).ends_with("-recovery");
+            let (h, c) = (argo_cd_step(hook), argo_cd_step(cron));
+            if trigger && template {
+                if c >= h {
+                    out.push(format!(
+                        "Job {}: under Argo CD it starts at {h:?}, not after the recovery template {} ({c:?}) it reads",
+                        name(hook),
+                        name(cron)
+                    ));
+                }
+            } else if c < h {
+                out.push(format!(
+                    "Job {}: under Argo CD it waits at {h:?} for CronJob {} ({c:?}) to be Healthy, which a failed or suspended CronJob never is",
+                    name(hook),
+                    name(cron)
+                ));
+            }
+        }
+    }
+    let step_of = |component: &str| {
+        hooks
+            .iter()
+            .find(|d| d["metadata"]["labels"]["app.kubernetes.io/component"] == component)
+            .map(|d| argo_cd_step(d))
+    };
+    if let (Some(m), Some(t)) = (step_of("migration"), step_of("release-trigger"))
+        && m >= t
+    {
+        out.push(format!(
+            "under Argo CD the migration ({m:?}) does not come before the release's trigger ({t:?})"
+        ));
+    }
+}
+
 /// Every rule over one render: names and labels of every object, every Job and CronJob, the
 /// ServiceAccounts its pods name, its hooks.
 pub fn check_render(docs: &[Value], external_accounts: &[&str]) -> Broken {
@@ -341,6 +444,7 @@ pub fn check_shape(docs: &[Value]) -> Broken {
     }
     hook_deadlines(docs, &mut out);
     hook_ordering(docs, &mut out);
+    argo_cd_order(docs, &mut out);
     out
 }
 

@@ -194,8 +194,9 @@ fn assert_run_job(spec: &JobSpec, memory: &str) {
         ignore.on_pod_conditions.as_ref().unwrap()[0].type_,
         "DisruptionTarget"
     );
-    // Every attempt gets its full 1800 s, and each of the 3 retries its delay (6 minutes).
-    assert_eq!(spec.active_deadline_seconds, Some(4 * 1800 + 3 * 360));
+    // Every attempt gets its full 1800 s, and each of the 3 retries the Job controller's delay
+    // before it (10 s, doubled each time: 10, 20, 40).
+    assert_eq!(spec.active_deadline_seconds, Some(4 * 1800 + 10 + 20 + 40));
     assert_eq!(spec.ttl_seconds_after_finished, Some(86_400));
     let pod = spec.template.spec.as_ref().unwrap();
     assert_hardened(pod, memory);
@@ -686,7 +687,9 @@ fn chart_pushes_metrics_and_renders_alert_rules() {
 
 /// `manifests/` is rendered from the chart (`scripts/render-manifests.sh`), never written by
 /// hand: this fails when it is out of date. It validates, meets the rules, and holds the chart's
-/// Jobs (the migration, the release's trigger, and the recovery template's).
+/// Jobs (the migration, the release's trigger, and the recovery template's). The two Jobs are a
+/// file of their own, deleted and created anew (their pod templates are immutable, so applying a
+/// changed one over the old is refused), and the other file holds no Job.
 #[test]
 fn manifests_are_the_charts_render() {
     let fresh = tempfile::tempdir().unwrap();
@@ -700,17 +703,20 @@ fn manifests_are_the_charts_render() {
                 std::env::var("PATH").unwrap_or_default()
             ),
         ));
-    let committed =
-        std::fs::read_to_string(root().join("manifests/10-package-executor.yaml")).unwrap();
-    let rendered = std::fs::read_to_string(fresh.path().join("10-package-executor.yaml")).unwrap();
-    assert!(
-        committed == rendered,
-        "manifests/ is out of date: run scripts/render-manifests.sh and commit the result"
-    );
+    let mut whole = String::new();
+    for file in ["10-package-executor.yaml", "20-jobs.yaml"] {
+        let committed = std::fs::read_to_string(root().join("manifests").join(file)).unwrap();
+        let rendered = std::fs::read_to_string(fresh.path().join(file)).unwrap();
+        assert!(
+            committed == rendered,
+            "manifests/{file} is out of date: run scripts/render-manifests.sh and commit the result"
+        );
+        whole.push_str(&committed);
+    }
     let namespace = std::fs::read_to_string(root().join("manifests/00-namespace.yaml")).unwrap();
     validate_schema("namespace", &namespace);
-    validate("manifests", &committed);
-    let d = docs(&committed);
+    validate("manifests", &whole);
+    let d = docs(&whole);
     let spec = recovery_template(&d);
     assert_run_job(&spec, "228Mi");
     let migrate: Job = serde_json::from_value(find(&d, "Job", "-migrate").clone()).unwrap();
@@ -718,6 +724,15 @@ fn manifests_are_the_charts_render() {
     assert!(
         d.iter().any(|x| x["kind"] == "StatefulSet"),
         "the development PostgreSQL"
+    );
+    let jobs = docs(&std::fs::read_to_string(root().join("manifests/20-jobs.yaml")).unwrap());
+    assert_eq!(jobs.len(), 2, "the migration and the release's trigger");
+    assert!(jobs.iter().all(|j| j["kind"] == "Job"));
+    let rest =
+        docs(&std::fs::read_to_string(root().join("manifests/10-package-executor.yaml")).unwrap());
+    assert!(
+        rest.iter().all(|x| x["kind"] != "Job"),
+        "no Job to apply over"
     );
     assert!(root().join("tests/e2e/kind.sh").exists());
 }
@@ -1229,6 +1244,23 @@ fn the_rules_catch_what_they_state() {
     let broken = k8s_rules::check_render(&d, &[]);
     assert_eq!(broken.len(), 2, "{broken:?}");
     assert!(k8s_rules::check_render(&d, &["pe-package-executor"]).len() == 1);
+    // The hooks as the chart had them (issue 51, defect 13): under Argo CD both were PostSync
+    // hooks, behind a sweep that a failed Job leaves Degraded, and the migration waited for the
+    // suspended recovery template too.
+    let hook = |name: &str, component: &str, weight: &str| {
+        json!({"kind": "Job", "metadata": {"name": name, "labels":
+            {"app.kubernetes.io/component": component}, "annotations":
+            {"helm.sh/hook": "post-install,post-upgrade", "helm.sh/hook-weight": weight}}})
+    };
+    let d = vec![
+        hook("pe-migrate", "migration", "-10"),
+        hook("pe-release-1", "release-trigger", "0"),
+        json!({"kind": "CronJob", "metadata": {"name": "pe-recovery"}}),
+        json!({"kind": "CronJob", "metadata": {"name": "pe-sweep"}}),
+    ];
+    let mut broken = Vec::new();
+    k8s_rules::argo_cd_order(&d, &mut broken);
+    assert_eq!(broken.len(), 3, "{broken:#?}");
 }
 
 /// A 53-character release (Helm's longest) with 2, 11 and 100 shards, the sweep and the
@@ -1964,4 +1996,172 @@ fn checkov_passes_every_render() {
         ));
     }
     println!("checkov {}", report.join("; "));
+}
+
+/// Issue 51, defect 13: Argo CD renders with `helm template` and made both hooks PostSync
+/// hooks, which it starts only once every object is Healthy; a sweep whose last Job failed is
+/// Degraded (argo-cd's CronJob health check), so the migration and every publication's trigger
+/// waited on it for ever. Now both are Sync-phase hooks in waves ahead of every CronJob but the
+/// recovery template the trigger reads (`k8s_rules::argo_cd_order`, which every render here
+/// passes through `run_helm`): migration 1, template 2, trigger 3, sweep 4.
+#[test]
+fn under_argo_cd_no_hook_waits_on_a_cronjobs_health() {
+    let d = docs_of(&["sweep.enabled=true", "postgresql.enabled=true"]);
+    let step = |kind: &str, part: &str| k8s_rules::argo_cd_step(find(&d, kind, part));
+    assert_eq!(step("Job", "-migrate"), (1, 1));
+    assert_eq!(step("CronJob", "-recovery"), (1, 2));
+    assert_eq!(step("Job", "-release-"), (1, 3));
+    assert_eq!(step("CronJob", "-sweep"), (1, 4));
+    // Every other object is in wave 0 of the Sync phase, before the migration needs it.
+    for x in &d {
+        let annotations = &x["metadata"]["annotations"];
+        if annotations["argocd.argoproj.io/sync-wave"].is_null() {
+            assert_eq!(
+                k8s_rules::argo_cd_step(x),
+                (1, 0),
+                "{}",
+                x["metadata"]["name"]
+            );
+        }
+    }
+    // Helm ignores Argo CD's annotations: its own hooks and weights are as they were.
+    let mut broken = Vec::new();
+    k8s_rules::argo_cd_order(&d, &mut broken);
+    assert!(broken.is_empty(), "{broken:#?}");
+}
+
+/// The wrong-but-harmless list of issue 51, each as the chart now has it:
+/// - the Job-wide deadline counts the Job controller's real delay before each retry (10 s
+///   doubled, at most 10 minutes), not 6 minutes each;
+/// - the development database's StatefulSet is governed by a headless Service, and its
+///   readiness probe asks over TCP, which the image's temporary first-start server never
+///   answers;
+/// - podLabels or podAnnotations that repeat one of the chart's keys are refused, not written
+///   twice;
+/// - the development password is random per install unless given, the same in every object of
+///   a render.
+#[test]
+fn the_harmless_list_is_mended() {
+    // 10 retries: 10, 20, 40, 80, 160, 320, then 600 four times.
+    let d = docs_of(&["run.backoffLimit=10"]);
+    let spec = recovery_template(&d);
+    assert_eq!(
+        spec.active_deadline_seconds,
+        Some(11 * 1800 + 10 + 20 + 40 + 80 + 160 + 320 + 4 * 600)
+    );
+
+    let d = docs_of(&["postgresql.enabled=true"]);
+    let set = find(&d, "StatefulSet", "postgresql");
+    let governing = set["spec"]["serviceName"].as_str().unwrap();
+    let headless = named(&d, "Service", governing);
+    assert_eq!(headless["spec"]["clusterIP"], "None");
+    let probe =
+        &set["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["exec"]["command"];
+    assert!(
+        probe.as_array().unwrap().iter().any(|a| a == "127.0.0.1"),
+        "{probe}"
+    );
+
+    assert_refused(
+        &["podLabels.app\\.kubernetes\\.io/component=mine"],
+        "podLabels.app.kubernetes.io/component: the chart sets this label on its pods",
+    );
+    assert_refused(
+        &[
+            "postgresql.enabled=true",
+            "podAnnotations.checksum/password=x",
+        ],
+        "podAnnotations.checksum/password: the chart sets this annotation",
+    );
+
+    let password = |d: &[Value]| {
+        let secret = find(d, "Secret", "-postgresql");
+        secret["stringData"]["password"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let (a, b) = (
+        docs_of(&["postgresql.enabled=true"]),
+        docs_of(&["postgresql.enabled=true"]),
+    );
+    let (pa, pb) = (password(&a), password(&b));
+    assert_ne!(pa, pb, "a random password per install");
+    assert!(pa.len() >= 32, "{pa}");
+    let urls = &find(&a, "Secret", "-db")["stringData"];
+    for key in ["migrate-url", "executor-url"] {
+        assert!(urls[key].as_str().unwrap().contains(&pa), "{key}");
+    }
+    let given = docs_of(&["postgresql.enabled=true", "postgresql.password=given"]);
+    assert_eq!(password(&given), "given");
+}
+
+/// The knobs the best-kept charts give, each where a platform team looks for it: a registry
+/// and pull secrets from `global`, extra environment for every executor container, annotations
+/// on the accounts, and scheduling per workload over the chart-wide values.
+#[test]
+fn the_usual_knobs_reach_their_objects() {
+    let d = docs_of(&[
+        "postgresql.enabled=true",
+        "global.imageRegistry=mirror.example:5000/hub",
+        "global.imagePullSecrets[0]=from-global",
+        "imagePullSecrets[0].name=own",
+        "extraEnv[0].name=HTTPS_PROXY",
+        "extraEnv[0].value=http://proxy:3128",
+        "serviceAccount.annotations.iam\\.example/role=pe",
+        "nodeSelector.pool=general",
+        "run.nodeSelector.pool=batch",
+        "postgresql.tolerations[0].key=db",
+        "postgresql.tolerations[0].operator=Exists",
+    ]);
+    let pods: Vec<(&str, &Value)> = d
+        .iter()
+        .filter_map(|x| {
+            let name = x["metadata"]["name"].as_str()?;
+            let spec = match x["kind"].as_str()? {
+                "Job" | "StatefulSet" => &x["spec"]["template"]["spec"],
+                "CronJob" => &x["spec"]["jobTemplate"]["spec"]["template"]["spec"],
+                _ => return None,
+            };
+            Some((name, spec))
+        })
+        .collect();
+    assert_eq!(pods.len(), 4, "recovery, migration, trigger, database");
+    for (name, pod) in &pods {
+        let image = pod["containers"][0]["image"].as_str().unwrap();
+        assert!(
+            image.starts_with("mirror.example:5000/hub/"),
+            "{name}: {image}"
+        );
+        assert_eq!(
+            pod["imagePullSecrets"],
+            serde_json::json!([{"name": "own"}, {"name": "from-global"}]),
+            "{name}"
+        );
+        let pool = pod["nodeSelector"]["pool"].as_str().unwrap();
+        assert_eq!(
+            pool,
+            if name.ends_with("-recovery") {
+                "batch"
+            } else {
+                "general"
+            },
+            "{name}"
+        );
+        let database = name.ends_with("-postgresql");
+        assert_eq!(pod["tolerations"].is_array(), database, "{name}");
+        let env = pod["containers"][0]["env"].as_array().unwrap();
+        let proxy = env.iter().any(|e| e["name"] == "HTTPS_PROXY");
+        assert_eq!(
+            proxy, !database,
+            "{name}: every executor container, not the database"
+        );
+    }
+    for account in d.iter().filter(|x| x["kind"] == "ServiceAccount") {
+        assert_eq!(account["metadata"]["annotations"]["iam.example/role"], "pe");
+    }
+    assert_refused(
+        &["extraEnv[0].name=DATABASE_URL", "extraEnv[0].value=x"],
+        "extraEnv: DATABASE_URL is set by the chart",
+    );
 }
