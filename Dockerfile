@@ -29,9 +29,13 @@ COPY crates ./crates
 COPY src ./src
 COPY examples ./examples
 COPY benches ./benches
+# Cargo features of the build: none for a release. (The cluster tier builds a second image with
+# `next-schema`, one migration ahead, to upgrade to.) Declared here, after the dependency layer,
+# so that it never invalidates that layer.
+ARG CARGO_FEATURES=""
 # The stubs' build left newer timestamps on the crate's own outputs: make sure it is rebuilt.
 RUN touch src/main.rs src/lib.rs crates/*/src/lib.rs \
- && cargo build --release --locked --bin package-executor \
+ && cargo build --release --locked --bin package-executor ${CARGO_FEATURES:+--features "$CARGO_FEATURES"} \
  && strip target/release/package-executor
 
 # Run: a small, non-root runtime image; the binary is the entrypoint.

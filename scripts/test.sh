@@ -270,20 +270,27 @@ cluster_tier() {
   # .tools/containers) and a PostgreSQL with the official image's interface.
   local images="$TARGET_DIR/cluster-images"
   mkdir -p "$images"
+  # And a second build one migration ahead (the `next-schema` feature), which the upgrade tests
+  # move a release to while the first build's Jobs run.
   (
     source scripts/image-env.sh
     image=$(image_isolated ./scripts/image-build.sh)
     rm -f "$images/product.tar"
     image_isolated podman save --quiet --format docker-archive -o "$images/product.tar" "$image"
     echo "$image" >"$images/product.name"
+    next=$(image_isolated ./scripts/image-build.sh next-schema)
+    rm -f "$images/next.tar"
+    image_isolated podman save --quiet --format docker-archive -o "$images/next.tar" "$next"
+    echo "$next" >"$images/next.name"
   )
-  export PE_IMAGE PE_POSTGRES_IMAGE=example.local/postgres:15
+  export PE_IMAGE PE_NEXT_IMAGE PE_POSTGRES_IMAGE=example.local/postgres:15
   PE_IMAGE=$(cat "$images/product.name")
+  PE_NEXT_IMAGE=$(cat "$images/next.name")
   ./scripts/cluster/postgres-image.sh "$images/postgres.tar" "$PE_POSTGRES_IMAGE"
   local tables_before
   tables_before=$(nft list tables 2>/dev/null | sort)
   if ! ./scripts/cluster.sh up "$dir" \
-    || ! ./scripts/cluster.sh load "$dir" "$images/product.tar" "$images/postgres.tar" \
+    || ! ./scripts/cluster.sh load "$dir" "$images/product.tar" "$images/next.tar" "$images/postgres.tar" \
     || ! ./scripts/cluster.sh exec "$dir" \
       cargo test --locked --test cluster -- --ignored --test-threads=2; then
     for log in "$dir"/logs/*.log; do

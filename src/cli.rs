@@ -78,6 +78,11 @@ pub enum Command {
         /// Create missing ql3_* roles (needs CREATEROLE).
         #[arg(long, env = "PACKAGE_EXECUTOR_CREATE_ROLES")]
         create_roles: bool,
+        /// Change nothing: exit 0 when this build can run on the database's schema (its
+        /// version is this build's), 8 when it is older (not migrated) or newer (migrated by a
+        /// newer release). Any login may ask; the chart runs it before a rollback.
+        #[arg(long, conflicts_with = "create_roles", env = "PACKAGE_EXECUTOR_CHECK")]
+        check: bool,
     },
     /// Build and publish a snapshot for every pending project of this shard.
     Run(RunArgs),

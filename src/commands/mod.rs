@@ -48,7 +48,16 @@ pub async fn execute(cli: Cli) -> anyhow::Result<Exit> {
         Command::Canonicalize { file, digest } => tools::canonicalize(file.as_deref(), *digest),
         Command::Identity(cmd) => tools::identity(cmd),
         Command::Trigger(args) => trigger::trigger(args).await,
-        Command::Migrate { create_roles } => {
+        Command::Migrate { check: true, .. } => {
+            let store = connect_migrated(&cli, 1).await?;
+            let version = store.migrations().last().map_or(0, |m| m.version);
+            outln!(
+                "the schema is version {version}, this build's ({}): it can run here",
+                store.dialect()
+            );
+            Ok(Exit::Ok)
+        }
+        Command::Migrate { create_roles, .. } => {
             let store = connect(&cli, 2).await?;
             let report = store
                 .migrate(*create_roles, None)

@@ -156,11 +156,11 @@ impl Crew {
         }
     }
 
-    /// After an attempt failed on the database: whether a newer release migrated the schema
-    /// while this run was going (its writes may then fail for ever). If so the run stops
-    /// taking work and ends with exit 8, as it would have at its start, instead of retrying
-    /// every project against a schema it does not know. One read, and only after a failure.
-    async fn schema_moved_past_this_build(&self) -> bool {
+    /// Whether a newer release migrated the schema while this run was going (its writes may
+    /// then fail, or be misread, for ever): read after an attempt failed on the database, and
+    /// every [`super::SCHEMA_WATCH`]. If so the run stops taking work and ends with exit 8, as
+    /// it would have at its start, instead of going on against a schema it does not know.
+    pub(super) async fn schema_moved_past_this_build(&self) -> bool {
         match self.store.check_migrated().await {
             Err(e @ crate::store::StoreError::NewerSchema { .. }) => {
                 if !self.database_down.swap(true, Ordering::SeqCst) {

@@ -147,6 +147,11 @@ impl std::fmt::Debug for Coordinator<'_> {
 /// word and code only, so a long run's memory does not grow with the details it logged.
 pub const KEPT_OUTCOMES: usize = 1000;
 
+/// How often a run reads the schema's version while it works: a newer release's migration
+/// committed beside a running Job (an upgrade under way) stops the run within this, exit 8,
+/// instead of letting a build older than the schema go on writing to it (one small read).
+pub const SCHEMA_WATCH: Duration = Duration::from_secs(5);
+
 /// The result of `run`: the summary plus each project's final outcome.
 #[derive(Debug)]
 pub struct RunReport {
@@ -325,8 +330,34 @@ impl<'a> Coordinator<'a> {
             self.observer.listing_done();
             Ok::<_, StoreError>((finished, attempted, pages))
         };
-        let work = async move {
-            lanes::run(&self.crew, &shares, &queue, &report).await;
+        let work_done = tokio_util::sync::CancellationToken::new();
+        let work = {
+            let work_done = work_done.clone();
+            // Moves `report` in, so that the outcomes' channel closes when the work is done.
+            async move {
+                lanes::run(&self.crew, &shares, &queue, &report).await;
+                work_done.cancel();
+            }
+        };
+        let watch = async {
+            let mut tick = tokio::time::interval(SCHEMA_WATCH);
+            tick.tick().await;
+            loop {
+                tokio::select! {
+                    () = work_done.cancelled() => break,
+                    () = self.crew.stop.wait() => break,
+                    _ = tick.tick() => {
+                        let stop_watching = tokio::select! {
+                            moved = self.crew.schema_moved_past_this_build() => moved,
+                            () = work_done.cancelled() => true,
+                            () = self.crew.stop.abandoned() => true,
+                        };
+                        if stop_watching {
+                            break;
+                        }
+                    }
+                }
+            }
         };
         let collect = async {
             while let Some((p, o)) = decided.recv().await {
@@ -349,7 +380,7 @@ impl<'a> Coordinator<'a> {
                 () = self.crew.stop.abandoned() => Ok((false, 0, 0)),
             }
         };
-        let (paged, (), ()) = futures::future::join3(pages, work, collect).await;
+        let (paged, (), (), ()) = futures::future::join4(pages, work, collect, watch).await;
         let (finished, attempted, pages) = paged?;
         if count_pages {
             summary.pages += pages;

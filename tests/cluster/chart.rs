@@ -12,22 +12,22 @@ use package_executor_testkit::cluster::{self, Namespace};
 use package_executor_testkit::helm;
 use serde_json::Value;
 
-const RELEASE: &str = "pe";
+pub(crate) const RELEASE: &str = "pe";
 
-fn image() -> (String, String) {
+pub(crate) fn image() -> (String, String) {
     let image = std::env::var("PE_IMAGE")
         .unwrap_or_else(|_| panic!("PE_IMAGE is not set: scripts/test.sh cluster sets it"));
     let (repository, tag) = image.rsplit_once(':').expect("PE_IMAGE is REPOSITORY:TAG");
     (repository.to_owned(), tag.to_owned())
 }
 
-fn postgres_image() -> String {
+pub(crate) fn postgres_image() -> String {
     std::env::var("PE_POSTGRES_IMAGE")
         .unwrap_or_else(|_| panic!("PE_POSTGRES_IMAGE is not set: scripts/test.sh cluster sets it"))
 }
 
 /// `helm ARGS -n NAMESPACE`, which must succeed.
-fn helm(ns: &Namespace, args: &[&str]) -> String {
+pub(crate) fn helm(ns: &Namespace, args: &[&str]) -> String {
     let out = std::process::Command::new(helm::bin())
         .args(args)
         .args(["--namespace", &ns.name])
@@ -45,7 +45,7 @@ fn helm(ns: &Namespace, args: &[&str]) -> String {
 }
 
 /// The values every install here uses, and EXTRA.
-fn values(extra: &[&str]) -> Vec<String> {
+pub(crate) fn values(extra: &[&str]) -> Vec<String> {
     let (repository, tag) = image();
     let mut v: Vec<String> = [
         format!("image.repository={repository}"),
@@ -64,7 +64,7 @@ fn values(extra: &[&str]) -> Vec<String> {
     v
 }
 
-fn upgrade(ns: &Namespace, extra: &[&str]) {
+pub(crate) fn upgrade(ns: &Namespace, extra: &[&str]) {
     let mut args: Vec<String> = ["upgrade", "--install", RELEASE, "charts/package-executor"]
         .iter()
         .map(|s| (*s).to_owned())
@@ -76,7 +76,7 @@ fn upgrade(ns: &Namespace, extra: &[&str]) {
 }
 
 /// The database Secret the chart made (its `migrate-url` and `executor-url`).
-fn db_secret(ns: &Namespace) -> String {
+pub(crate) fn db_secret(ns: &Namespace) -> String {
     let names = ns.kubectl(&[
         "get",
         "secret",
@@ -94,7 +94,7 @@ fn db_secret(ns: &Namespace) -> String {
 
 /// The labels the development database's NetworkPolicy admits (the chart's `pe.selector`): a
 /// pod of ours that talks to the database carries them, as the chart's own pods do.
-fn executor_labels() -> Value {
+pub(crate) fn executor_labels() -> Value {
     serde_json::json!({
         "app.kubernetes.io/name": "package-executor",
         "app.kubernetes.io/instance": RELEASE,
@@ -103,8 +103,19 @@ fn executor_labels() -> Value {
 
 /// Runs the product's image once in a pod (restricted, read-only root, the executor's labels)
 /// with ARGS and `DATABASE_URL` from the Secret's KEY; its exit code and log.
-fn run_once(ns: &Namespace, name: &str, key: &str, args: &[&str]) -> (i64, String) {
+pub(crate) fn run_once(ns: &Namespace, name: &str, key: &str, args: &[&str]) -> (i64, String) {
     let (repository, tag) = image();
+    run_once_with(ns, &format!("{repository}:{tag}"), name, key, args)
+}
+
+/// [`run_once`] with another image of the product (the build one migration ahead, say).
+pub(crate) fn run_once_with(
+    ns: &Namespace,
+    image: &str,
+    name: &str,
+    key: &str,
+    args: &[&str],
+) -> (i64, String) {
     let pod = serde_json::json!({
         "apiVersion": "v1",
         "kind": "Pod",
@@ -117,7 +128,7 @@ fn run_once(ns: &Namespace, name: &str, key: &str, args: &[&str]) -> (i64, Strin
             },
             "containers": [{
                 "name": "main",
-                "image": format!("{repository}:{tag}"),
+                "image": image,
                 "imagePullPolicy": "Never",
                 "args": args,
                 // Limits too: the matrix's namespace has a ResourceQuota on CPU limits.
@@ -153,7 +164,7 @@ fn run_once(ns: &Namespace, name: &str, key: &str, args: &[&str]) -> (i64, Strin
 }
 
 /// The newest recovery Job of the release.
-fn newest_recovery_job(ns: &Namespace) -> String {
+pub(crate) fn newest_recovery_job(ns: &Namespace) -> String {
     ns.kubectl(&[
         "get",
         "jobs",
@@ -168,7 +179,7 @@ fn newest_recovery_job(ns: &Namespace) -> String {
 /// Installs the release with EXTRA values and imports the demo fixture as the control plane
 /// would (with the owner's login), once the install's own recovery Job (nothing to do yet)
 /// ended, so that the next Job is the one that builds.
-fn install_and_import(ns: &Namespace, extra: &[&str]) {
+pub(crate) fn install_and_import(ns: &Namespace, extra: &[&str]) {
     let mut install = vec!["--set", "publicationId=e2e-install"];
     install.extend_from_slice(extra);
     upgrade(ns, &install);
@@ -190,7 +201,7 @@ fn install_and_import(ns: &Namespace, extra: &[&str]) {
 
 /// Installs the release with EXTRA values, imports the demo fixture, and publishes (`helm upgrade`): the recovery Job the upgrade's hook created, once it
 /// completed, and the run summaries of its pods (their termination messages).
-fn install_import_publish(ns: &Namespace, extra: &[&str]) -> (String, Vec<Value>) {
+pub(crate) fn install_import_publish(ns: &Namespace, extra: &[&str]) -> (String, Vec<Value>) {
     install_and_import(ns, extra);
 
     // A publication: the upgrade's hook creates the recovery Job from the template.
@@ -208,8 +219,15 @@ fn install_import_publish(ns: &Namespace, extra: &[&str]) -> (String, Vec<Value>
     ]);
     assert_eq!(annotation, "e2e-publish");
     ns.wait(&format!("job/{job}"), "condition=Complete", "300s");
+    let summaries = summaries_of(ns, &job);
+    for summary in &summaries {
+        assert_eq!(summary["exitCode"], 0, "{summary}");
+    }
+    (job, summaries)
+}
 
-    // Each of its pods' termination message is the run summary.
+/// The run summaries of a Job's pods: each one's termination message.
+pub(crate) fn summaries_of(ns: &Namespace, job: &str) -> Vec<Value> {
     let pods = cluster::get_json(&["-n", &ns.name, "pods", "-l", &format!("job-name={job}")]);
     let summaries: Vec<Value> = pods["items"]
         .as_array()
@@ -224,36 +242,42 @@ fn install_import_publish(ns: &Namespace, extra: &[&str]) -> (String, Vec<Value>
                 summary["schema"], "package-executor/run-summary@v1",
                 "{summary}"
             );
-            assert_eq!(summary["exitCode"], 0, "{summary}");
             summary
         })
         .collect();
     assert!(!summaries.is_empty(), "no pods of {job}");
-    (job, summaries)
+    summaries
 }
 
 /// What the consumer reads: every demo project but the rejected one is current, through the
 /// executor's login; and every stored snapshot verifies.
-fn assert_converged(ns: &Namespace) {
+pub(crate) fn assert_converged(ns: &Namespace) {
+    let (repository, tag) = image();
+    assert_converged_with(ns, &format!("{repository}:{tag}"));
+}
+
+/// [`assert_converged`], asked with another image of the product.
+pub(crate) fn assert_converged_with(ns: &Namespace, image: &str) {
     for (project, want) in [
         ("demo-1", 0),
         ("demo-2", 0),
         ("demo-empty", 0),
         ("demo-rejected", 4),
     ] {
-        let (code, log) = run_once(
+        let (code, log) = run_once_with(
             ns,
+            image,
             &format!("current-{project}"),
             "executor-url",
             &["current", project, "--json"],
         );
         assert_eq!(code, want, "current {project}: {log}");
     }
-    let (code, log) = run_once(ns, "verify", "migrate-url", &["verify"]);
+    let (code, log) = run_once_with(ns, image, "verify", "migrate-url", &["verify"]);
     assert_eq!(code, 0, "verify: {log}");
 }
 
-fn published(summaries: &[Value]) -> u64 {
+pub(crate) fn published(summaries: &[Value]) -> u64 {
     summaries
         .iter()
         .map(|s| s["published"].as_u64().unwrap())
@@ -514,7 +538,7 @@ fn assert_logs_in(ns: &Namespace, label: &str) {
 }
 
 /// The name of the release's first KIND whose component label is COMPONENT ("" when none).
-fn named(ns: &Namespace, kind: &str, component: &str) -> String {
+pub(crate) fn named(ns: &Namespace, kind: &str, component: &str) -> String {
     ns.kubectl(&[
         "get",
         kind,
@@ -564,7 +588,7 @@ fn signal_container(ns: &Namespace, pod: &str, signal: &str) {
 }
 
 /// Waits until the Job has created a pod that reached Running, and gives its name.
-fn running_pod_of(ns: &Namespace, job: &str) -> String {
+pub(crate) fn running_pod_of(ns: &Namespace, job: &str) -> String {
     let selector = format!("job-name={job}");
     // The Job controller creates the pod; wait for it to exist, then to run.
     ns.wait(&format!("job/{job}"), "jsonpath={.status.active}=1", "120s");

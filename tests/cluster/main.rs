@@ -11,3 +11,4 @@ mod network;
 mod renders;
 mod rules;
 mod smoke;
+mod upgrade;

@@ -125,3 +125,145 @@ fn what_the_schema_refuses_the_api_server_refuses() {
         "the API server accepts what the schema refuses: {accepted:?}"
     );
 }
+
+/// Issue 51, defect 12: the API server's rule in the NetworkPolicy must name the API server's
+/// own addresses. Policy implementations that look after kube-proxy's translation (kube-router
+/// here, Calico, Cilium) never see the `kubernetes` Service's ClusterIP, so a rule for it drops
+/// every call. With `lookup` the chart reads the Service and its EndpointSlices at install (a
+/// server-side dry run reads them too): a ClusterIP among the CIDRs is refused, naming the
+/// addresses to give, and without CIDRs the rule holds those addresses, which NOTES says were
+/// read once.
+#[test]
+#[ignore = "needs a cluster: scripts/test.sh cluster"]
+fn the_api_servers_cluster_ip_is_refused_as_its_policy_address() {
+    let ns = Namespace::new("api-cidrs");
+    let cluster_ip = cluster::kubectl(&[
+        "get",
+        "service",
+        "kubernetes",
+        "-n",
+        "default",
+        "-o",
+        "jsonpath={.spec.clusterIP}",
+    ]);
+    let endpoint = cluster::kubectl(&[
+        "get",
+        "endpointslices",
+        "-n",
+        "default",
+        "-l",
+        "kubernetes.io/service-name=kubernetes",
+        "-o",
+        "jsonpath={.items[0].endpoints[0].addresses[0]}",
+    ]);
+    let dry_run = |extra: &[&str]| {
+        let mut args = vec![
+            "install",
+            "pe",
+            "charts/package-executor",
+            "--dry-run=server",
+            "--namespace",
+            &ns.name,
+            "--set",
+            "networkPolicy.apiServer.lookup=true",
+        ];
+        args.extend_from_slice(extra);
+        std::process::Command::new(helm::bin())
+            .args(&args)
+            .current_dir(helm::root())
+            .output()
+            .expect("helm")
+    };
+    let cidr = format!("networkPolicy.apiServer.cidrs={{{cluster_ip}/32}}");
+    let out = dry_run(&["--set", &cidr]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a ClusterIP was accepted");
+    assert!(
+        err.contains(&format!(
+            "holds {cluster_ip}/32, the `kubernetes` Service's ClusterIP"
+        )) && err.contains(&format!("{endpoint}/32")),
+        "{err}"
+    );
+    let out = dry_run(&[]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains(&format!("cidr: \"{endpoint}/32\"")), "{text}");
+    assert!(text.contains("as read now"), "{text}");
+}
+
+/// checkov (the same pinned release as the fast tier's test) over every render the chart tests
+/// make: no check fails that the chart does not skip, with its reason, in the template it
+/// concerns (`pe.checkovSkips`). Each render is placed in a namespace of its own, as a release
+/// is installed (the renders default to `default`, which checkov flags). The Jobs `trigger`
+/// makes of a recovery template are left out: they are that template's pod exactly, judged with
+/// the CronJob that carries its skips. `--skip-download`: checkov asks nothing of the network.
+#[test]
+#[ignore = "needs a cluster: scripts/test.sh cluster"]
+fn every_chart_render_passes_checkov() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut kept = 0;
+    for (i, file) in renders().iter().enumerate() {
+        let objects: Vec<Value> = helm::objects(&std::fs::read_to_string(file).unwrap())
+            .into_iter()
+            .filter(|o| {
+                o["kind"] != "Job"
+                    || o["metadata"]["annotations"]["qinglong.io/publication-id"].is_null()
+            })
+            .map(|mut o| {
+                o["metadata"]["namespace"] = Value::String("pe".into());
+                o
+            })
+            .collect();
+        if objects.is_empty() {
+            continue;
+        }
+        let yaml: Vec<String> = objects
+            .iter()
+            .map(|o| serde_norway::to_string(o).unwrap())
+            .collect();
+        std::fs::write(dir.path().join(format!("{i:03}.yaml")), yaml.join("---\n")).unwrap();
+        kept += 1;
+    }
+    let out = std::process::Command::new(helm::tool("checkov"))
+        .args([
+            "--framework",
+            "kubernetes",
+            "--skip-download",
+            "--quiet",
+            "-o",
+            "json",
+            "-d",
+        ])
+        .arg(dir.path())
+        .output()
+        .expect("checkov");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| {
+        panic!(
+            "checkov: {e}\n{text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    let v = if v.is_array() { v[0].clone() } else { v };
+    let failed: Vec<String> = v["results"]["failed_checks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|f| {
+            format!(
+                "{} {} in {} ({})",
+                f["check_id"], f["resource"], f["file_path"], f["check_name"]
+            )
+        })
+        .collect();
+    eprintln!(
+        "checkov over {kept} renders: {} (every render but the Jobs trigger makes)",
+        v["summary"]
+    );
+    assert!(kept > 20, "only {kept} renders");
+    assert!(failed.is_empty(), "{failed:#?}");
+}

@@ -36,6 +36,11 @@ call it; templates call those. */}}
 {{- include "pe.name" (dict "root" . "suffix" "migrate" "limit" 63) -}}
 {{- end -}}
 
+{{/* The check before a rollback to this release. */}}
+{{- define "pe.rollbackCheckName" -}}
+{{- include "pe.name" (dict "root" . "suffix" "rollback-check" "limit" 63) -}}
+{{- end -}}
+
 {{/* This release's trigger hook Job: one per revision. */}}
 {{- define "pe.releaseHookName" -}}
 {{- include "pe.name" (dict "root" . "suffix" (printf "release-%d" .Release.Revision) "limit" 63) -}}

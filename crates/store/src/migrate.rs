@@ -29,8 +29,18 @@ macro_rules! migration {
     };
 }
 
-/// PostgreSQL migrations.
-pub const POSTGRES: &[Migration] = &[
+/// PostgreSQL migrations: this release's, and one more with the `next-schema` feature.
+pub const POSTGRES: &[Migration] = if cfg!(feature = "next-schema") {
+    POSTGRES_AND_NEXT
+} else {
+    POSTGRES_AND_NEXT.split_at(POSTGRES_AND_NEXT.len() - 1).0
+};
+
+/// Every PostgreSQL migration, the last one a build with the `next-schema` feature's only: a
+/// migration that changes nothing but the version, so that the cluster tier can upgrade a
+/// release to a build one migration ahead and watch the older build's Jobs meet the newer
+/// schema (they stop with exit 8; a rollback onto it is refused).
+const POSTGRES_AND_NEXT: &[Migration] = &[
     migration!("postgres", 1, "0001_source_tables.sql"),
     migration!("postgres", 2, "0002_snapshot_tables.sql"),
     migration!("postgres", 3, "0003_current_proof.sql"),
@@ -43,6 +53,7 @@ pub const POSTGRES: &[Migration] = &[
     migration!("postgres", 10, "0010_proof_lookups.sql"),
     migration!("postgres", 11, "0011_trust_boundaries.sql"),
     migration!("postgres", 12, "0012_source_key.sql"),
+    migration!("postgres", 13, "0013_next_schema.sql"),
 ];
 
 /// SQLite migrations.

@@ -299,7 +299,12 @@ pub fn hook_ordering(docs: &[Value], out: &mut Broken) {
         let hooks = d["metadata"]["annotations"]["helm.sh/hook"]
             .as_str()
             .unwrap_or_default();
-        if !hooks.split(',').any(|h| h.trim().starts_with("pre-")) {
+        // A pre-rollback hook is meant to see the objects in place (the release rolled back
+        // from): it checks the database they point at.
+        if !hooks
+            .split(',')
+            .any(|h| h.trim().starts_with("pre-") && h.trim() != "pre-rollback")
+        {
             continue;
         }
         for (kind, name) in pod_references(&d["spec"]["template"]["spec"]) {
@@ -312,6 +317,9 @@ pub fn hook_ordering(docs: &[Value], out: &mut Broken) {
         }
     }
 }
+
+/// The phase [`argo_cd_step`] gives a Helm hook Argo CD never runs.
+pub const ARGO_CD_NEVER: u8 = u8::MAX;
 
 /// Where Argo CD runs an object in a sync: (phase, wave). Argo CD renders the chart with `helm
 /// template` and orders the sync itself: by phase (PreSync, Sync, PostSync), then by wave
@@ -350,6 +358,10 @@ pub fn argo_cd_step(d: &Value) -> (u8, i64) {
             })
             .collect()
     };
+    if phases.is_empty() && !a["helm.sh/hook"].is_null() {
+        // A Helm hook Argo CD has no phase for (pre-rollback, test): it never runs it.
+        return (ARGO_CD_NEVER, 0);
+    }
     let phase = phases.into_iter().min().unwrap_or(1);
     let wave = a["argocd.argoproj.io/sync-wave"]
         .as_str()
@@ -376,7 +388,11 @@ pub fn argo_cd_order(docs: &[Value], out: &mut Broken) {
     };
     let hooks: Vec<&Value> = docs
         .iter()
-        .filter(|d| d["kind"] == "Job" && !d["metadata"]["annotations"]["helm.sh/hook"].is_null())
+        .filter(|d| {
+            d["kind"] == "Job"
+                && !d["metadata"]["annotations"]["helm.sh/hook"].is_null()
+                && argo_cd_step(d).0 != ARGO_CD_NEVER
+        })
         .collect();
     for hook in &hooks {
         let trigger =

@@ -141,6 +141,7 @@ fn assert_only_lifecycle_hooks(docs: &[Value]) {
             Some("post-install,post-upgrade") => {
                 assert!(name.contains("-release-"), "{name}")
             }
+            Some("pre-rollback") => assert!(name.ends_with("-rollback-check"), "{name}"),
             Some(other) => panic!("{} {name} is a {other} hook", d["kind"]),
         }
     }
@@ -1970,7 +1971,15 @@ fn checkov_passes_every_render() {
         let file = dir.path().join("render.yaml");
         std::fs::write(&file, &yaml).unwrap();
         let out = Command::new(tool("checkov"))
-            .args(["--framework", "kubernetes", "--quiet", "-o", "json", "-f"])
+            .args([
+                "--framework",
+                "kubernetes",
+                "--skip-download",
+                "--quiet",
+                "-o",
+                "json",
+                "-f",
+            ])
             .arg(&file)
             .output()
             .unwrap();
@@ -2012,16 +2021,15 @@ fn under_argo_cd_no_hook_waits_on_a_cronjobs_health() {
     assert_eq!(step("CronJob", "-recovery"), (1, 2));
     assert_eq!(step("Job", "-release-"), (1, 3));
     assert_eq!(step("CronJob", "-sweep"), (1, 4));
-    // Every other object is in wave 0 of the Sync phase, before the migration needs it.
+    // Every other object is in wave 0 of the Sync phase, before the migration needs it (but
+    // the pre-rollback check, which Argo CD never runs).
     for x in &d {
         let annotations = &x["metadata"]["annotations"];
-        if annotations["argocd.argoproj.io/sync-wave"].is_null() {
-            assert_eq!(
-                k8s_rules::argo_cd_step(x),
-                (1, 0),
-                "{}",
-                x["metadata"]["name"]
-            );
+        let step = k8s_rules::argo_cd_step(x);
+        if annotations["argocd.argoproj.io/sync-wave"].is_null()
+            && step.0 != k8s_rules::ARGO_CD_NEVER
+        {
+            assert_eq!(step, (1, 0), "{}", x["metadata"]["name"]);
         }
     }
     // Helm ignores Argo CD's annotations: its own hooks and weights are as they were.
@@ -2126,7 +2134,11 @@ fn the_usual_knobs_reach_their_objects() {
             Some((name, spec))
         })
         .collect();
-    assert_eq!(pods.len(), 4, "recovery, migration, trigger, database");
+    assert_eq!(
+        pods.len(),
+        5,
+        "recovery, migration, rollback check, trigger, database"
+    );
     for (name, pod) in &pods {
         let image = pod["containers"][0]["image"].as_str().unwrap();
         assert!(
@@ -2164,4 +2176,51 @@ fn the_usual_knobs_reach_their_objects() {
         &["extraEnv[0].name=DATABASE_URL", "extraEnv[0].value=x"],
         "extraEnv: DATABASE_URL is set by the chart",
     );
+}
+
+/// Issue 51, defect 11: `helm upgrade --atomic` (and Flux's rollback remediation) after a
+/// migration committed rolled the image back onto the newer schema. Helm runs the hooks of the
+/// release it rolls back to, so each release carries a pre-rollback hook in which its own
+/// image asks whether it can run on the database's schema (`migrate --check`, as the executor,
+/// read only): a newer schema fails the hook and the rollback. The cluster tier rolls back onto
+/// a newer schema for real (tests/cluster/upgrade.rs).
+#[test]
+fn a_rollback_first_checks_the_schema_with_the_image_it_rolls_back_to() {
+    let d = docs_of(&["image.tag=1.2.3"]);
+    let check = find(&d, "Job", "-rollback-check");
+    let a = &check["metadata"]["annotations"];
+    assert_eq!(a["helm.sh/hook"], "pre-rollback");
+    let pod: PodSpec = serde_json::from_value(check["spec"]["template"]["spec"].clone()).unwrap();
+    let container = &pod.containers[0];
+    assert_eq!(container.image.as_deref(), Some("package-executor:1.2.3"));
+    assert_eq!(
+        container.args.as_deref(),
+        Some(&["migrate".to_owned(), "--check".to_owned()][..])
+    );
+    let url = container
+        .env
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|e| e.name == "DATABASE_URL")
+        .unwrap();
+    let key = &url
+        .value_from
+        .as_ref()
+        .unwrap()
+        .secret_key_ref
+        .as_ref()
+        .unwrap()
+        .key;
+    assert_eq!(key, "executor-url", "read only, as the executor");
+    assert_hardened(&pod, "128Mi");
+    // Argo CD has no pre-rollback phase and never runs it.
+    assert_eq!(k8s_rules::argo_cd_step(check).0, k8s_rules::ARGO_CD_NEVER);
+    let off = docs_of(&["migration.checkOnRollback=false"]);
+    assert!(!off.iter().any(|x| {
+        x["metadata"]["name"]
+            .as_str()
+            .unwrap()
+            .ends_with("-rollback-check")
+    }));
 }

@@ -4,6 +4,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::{Command, Stdio};
+
+use sqlx::Connection as _;
 use std::time::{Duration, Instant};
 
 use package_executor_testkit::db::{self, DEMO};
@@ -82,6 +84,7 @@ async fn every_command_refuses_a_newer_schema(url: String) {
             "acme.docs",
         ],
         &["migrate"],
+        &["migrate", "--check"],
     ];
     let mut slowest = Duration::ZERO;
     for args in commands {
@@ -201,6 +204,75 @@ fn every_command_refuses_a_sqlite_schema_newer_than_the_build() {
 /// The `pg` tier's half.
 mod on_postgres {
     use super::*;
+
+    /// A run under way when a newer release's migration commits beside it (an upgrade while
+    /// an older recovery Job runs), one whose writes would all still succeed: the run reads the
+    /// schema's version every `SCHEMA_WATCH` and stops taking work (exit 8), instead of going
+    /// on as a build older than the schema. Every attempt hangs on a lock another session
+    /// holds, so the run is still going when the version moves; once the run has stopped, the
+    /// lock is let go and the one attempt in flight (concurrency 1) ends.
+    #[test]
+    fn a_run_stops_when_a_newer_release_migrates_beside_it() {
+        pg::block_on(async {
+            let url = pg::fresh_db().await;
+            let admin = db::connect(&url).await;
+            db::import(&admin, DEMO).await;
+            let executor =
+                package_executor::store::Store::connect(&package_executor::store::ConnectOptions {
+                    lock_timeout: Duration::from_secs(600),
+                    ..package_executor::store::ConnectOptions::new(url.clone())
+                })
+                .await
+                .unwrap();
+            let mut holder = sqlx::PgConnection::connect(&url).await.unwrap();
+            sqlx::raw_sql("BEGIN; LOCK TABLE ql3.project_claims IN ACCESS EXCLUSIVE MODE")
+                .execute(&mut holder)
+                .await
+                .unwrap();
+            let stop = package_executor::coordinator::Stop::default();
+            let run = {
+                let (executor, stop) = (executor.clone(), stop.clone());
+                tokio::spawn(async move {
+                    package_executor::coordinator::Coordinator::new(
+                        executor,
+                        package_executor::coordinator::RunSettings {
+                            concurrency: 1,
+                            ..db::settings()
+                        },
+                        stop,
+                        &package_executor::coordinator::LogObserver,
+                    )
+                    .run()
+                    .await
+                })
+            };
+            let (future, _) = migrate_past_this_build(&url).await;
+            tokio::time::timeout(REFUSES_WITHIN, stop.wait())
+                .await
+                .expect("the run did not stop after the schema moved past it");
+            sqlx::raw_sql("ROLLBACK")
+                .execute(&mut holder)
+                .await
+                .unwrap();
+            let report = tokio::time::timeout(REFUSES_WITHIN, run)
+                .await
+                .expect("the stopped run did not end")
+                .unwrap();
+            let summary = &report.summary;
+            assert_eq!(
+                summary.exit_code,
+                package_executor::exit::Exit::Database,
+                "{summary:?}"
+            );
+            // The one attempt in flight began before the migration and may end either way
+            // (its transaction is ordered before the migration's); none began after the stop.
+            assert!(summary.published <= 1, "{summary:?}");
+            assert!(db::marked(&admin).await.len() >= 3, "{summary:?}");
+            println!("schema {future}: {summary:?}");
+            admin.close().await;
+            executor.close().await;
+        });
+    }
 
     #[test]
     fn a_run_that_a_newer_release_migrates_midway_stops() {
