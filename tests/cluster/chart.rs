@@ -802,3 +802,56 @@ installed! {
         "tolerations[0].effect=NoSchedule",
     ]);
 }
+
+/// `rbac.triggerJobPolicy`: the publication's Job, which trigger makes from the template, passes
+/// the admission policy (the template's pod and the Job's are equal after the API server's
+/// defaulting), and any other Job trigger's account tries (one whose pod mounts the owner's
+/// database Secret) is refused by the API server, while the same Job from another account
+/// passes (the policy binds trigger's account alone).
+#[test]
+#[ignore = "needs a cluster: scripts/test.sh cluster"]
+fn matrix_trigger_may_create_only_the_templates_jobs() {
+    let ns = Namespace::new("m-jobpolicy");
+    let (_, summaries) = install_import_publish(&ns, &["--set", "rbac.triggerJobPolicy=true"]);
+    assert_eq!(published(&summaries), 3, "{summaries:?}");
+    let account = format!(
+        "system:serviceaccount:{}:{RELEASE}-package-executor-trigger",
+        ns.name
+    );
+    let mut spec = cluster::busybox_pod_spec("cat /secret/migrate-url");
+    spec["volumes"] = serde_json::json!([{"name": "s", "secret": {"secretName": db_secret(&ns)}}]);
+    spec["containers"][0]["volumeMounts"] =
+        serde_json::json!([{"name": "s", "mountPath": "/secret"}]);
+    let job = |name: &str| {
+        serde_json::json!({
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": name},
+            "spec": {"template": {"spec": spec.clone()}, "backoffLimit": 0}
+        })
+        .to_string()
+    };
+    let out = ns.kubectl_output(
+        &["create", "--dry-run=server", "--as", &account, "-f", "-"],
+        Some(&job("steal-the-owner-url")),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "trigger's account created another Job"
+    );
+    assert!(
+        err.contains("may create only Jobs whose pod is the recovery template's"),
+        "{err}"
+    );
+    let out = ns.kubectl_output(
+        &["create", "--dry-run=server", "-f", "-"],
+        Some(&job("an-admins-job")),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    uninstall_leaves_only_the_claim(&ns);
+}

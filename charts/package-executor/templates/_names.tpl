@@ -36,6 +36,12 @@ call it; templates call those. */}}
 {{- include "pe.name" (dict "root" . "suffix" "migrate" "limit" 63) -}}
 {{- end -}}
 
+{{/* The admission policy on trigger's Jobs, and its binding: cluster-scoped, so the namespace
+is part of the name. */}}
+{{- define "pe.triggerPolicyName" -}}
+{{- printf "%s-%s-trigger-jobs" (include "pe.fullname" .) .Release.Namespace -}}
+{{- end -}}
+
 {{/* The check before a rollback to this release. */}}
 {{- define "pe.rollbackCheckName" -}}
 {{- include "pe.name" (dict "root" . "suffix" "rollback-check" "limit" 63) -}}

@@ -2224,3 +2224,33 @@ fn a_rollback_first_checks_the_schema_with_the_image_it_rolls_back_to() {
             .ends_with("-rollback-check")
     }));
 }
+
+/// The wrong-but-harmless item "the trigger account able to mount any Secret": an account that
+/// may create Jobs may run any pod. With `rbac.triggerJobPolicy` the chart adds an admission
+/// policy (the API server's ValidatingAdmissionPolicy) that lets trigger's account create only
+/// Jobs whose pod is the recovery template's, the CronJob being its parameter; the cluster tier
+/// shows the server refusing any other (tests/cluster/chart.rs). Off by default: it is
+/// cluster-scoped, which a namespace's tenant may not install.
+#[test]
+fn trigger_may_create_only_the_templates_jobs_with_the_policy() {
+    let yaml = render(&["--set", "rbac.triggerJobPolicy=true", "--namespace", "pe"]);
+    validate("trigger job policy", &yaml);
+    let d = docs(&yaml);
+    let policy = find(&d, "ValidatingAdmissionPolicy", "-pe-trigger-jobs");
+    assert_eq!(policy["spec"]["paramKind"]["kind"], "CronJob");
+    let condition = policy["spec"]["matchConditions"][0]["expression"]
+        .as_str()
+        .unwrap();
+    assert!(
+        condition.contains("system:serviceaccount:pe:pe-package-executor-trigger"),
+        "{condition}"
+    );
+    let binding = find(&d, "ValidatingAdmissionPolicyBinding", "-pe-trigger-jobs");
+    assert_eq!(
+        binding["spec"]["paramRef"]["name"],
+        "pe-package-executor-recovery"
+    );
+    assert_eq!(binding["spec"]["validationActions"][0], "Deny");
+    let off = docs_of(&[]);
+    assert!(!off.iter().any(|x| x["kind"] == "ValidatingAdmissionPolicy"));
+}
