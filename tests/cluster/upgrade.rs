@@ -66,8 +66,14 @@ fn hold_the_claims(ns: &Namespace) -> &'static str {
                 "name": "main",
                 "image": postgres_image(),
                 "imagePullPolicy": "Never",
+                // The policy enforcer admits a new pod's address a moment after it starts:
+                // psql tries again until it connects (the executor retries by itself).
                 "command": ["sh", "-c",
-                    "exec /usr/lib/postgresql/15/bin/psql \"$DATABASE_URL\" -v ON_ERROR_STOP=1 \
+                    "psql=/usr/lib/postgresql/15/bin/psql; \
+                     for _ in $(busybox seq 1 60); do \
+                       $psql \"$DATABASE_URL\" -c 'SELECT 1' >/dev/null && break; busybox sleep 1; \
+                     done; \
+                     exec $psql \"$DATABASE_URL\" -v ON_ERROR_STOP=1 \
                      -c BEGIN -c 'LOCK TABLE ql3.project_claims IN ACCESS EXCLUSIVE MODE' \
                      -c 'SELECT pg_sleep(1800)'"],
                 "resources": {
@@ -247,7 +253,11 @@ fn an_atomic_upgrade_is_not_rolled_back_onto_a_build_older_than_the_schema() {
         .expect("helm");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "the failing upgrade succeeded");
-    assert!(err.contains("pre-rollback"), "{err}");
+    assert!(
+        err.contains("an error occurred while rolling back the release")
+            && err.contains("-rollback-check failed"),
+        "{err}"
+    );
     // The newer build stays: its migration committed, and the older build cannot run on it.
     assert_eq!(template_image(), next, "{err}");
     let check = crate::chart::named(&ns, "job", "rollback-check");
@@ -262,6 +272,15 @@ fn an_atomic_upgrade_is_not_rolled_back_onto_a_build_older_than_the_schema() {
     ))
     .unwrap();
     println!("helm history after the refused rollback: {history}");
+    // Helm leaves the refused rollback's revision pending, which blocks an upgrade: rolling back
+    // to the newer release's revision (2) passes its own check, and clears it.
+    let last = &history.as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["status"], "pending-rollback", "{history}");
+    crate::chart::helm(
+        &ns,
+        &["rollback", RELEASE, "2", "--wait", "--timeout", "5m"],
+    );
+    assert_eq!(template_image(), next);
 
     // Mended (RBAC back), the newer release upgrades and runs.
     let next_args = next_values();
