@@ -26,14 +26,22 @@ pub(crate) fn postgres_image() -> String {
         .unwrap_or_else(|_| panic!("PE_POSTGRES_IMAGE is not set: scripts/test.sh cluster sets it"))
 }
 
-/// `helm ARGS -n NAMESPACE`, which must succeed.
-pub(crate) fn helm(ns: &Namespace, args: &[&str]) -> String {
-    let out = std::process::Command::new(helm::bin())
+/// `helm ARGS -n NAMESPACE`, as it ended.
+pub(crate) fn helm_output<S: AsRef<std::ffi::OsStr>>(
+    ns: &Namespace,
+    args: &[S],
+) -> std::process::Output {
+    std::process::Command::new(helm::bin())
         .args(args)
         .args(["--namespace", &ns.name])
         .current_dir(helm::root())
         .output()
-        .expect("helm");
+        .expect("helm")
+}
+
+/// `helm ARGS -n NAMESPACE`, which must succeed.
+pub(crate) fn helm(ns: &Namespace, args: &[&str]) -> String {
+    let out = helm_output(ns, args);
     assert!(
         out.status.success(),
         "helm {args:?} failed:\n{}{}\n{}",
@@ -483,12 +491,7 @@ fn upgrade_rollback_and_uninstall_leave_only_the_claim() {
         "--set",
         "postgresql.storage=128Mi",
     ]));
-    let out = std::process::Command::new(helm::bin())
-        .args(&args)
-        .args(["--namespace", &ns.name])
-        .current_dir(helm::root())
-        .output()
-        .expect("helm");
+    let out = helm_output(&ns, &args);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "a storage change was accepted");
     assert!(

@@ -200,11 +200,15 @@ fn the_api_servers_cluster_ip_is_refused_as_its_policy_address() {
 /// concerns (`pe.checkovSkips`). Each render is placed in a namespace of its own, as a release
 /// is installed (the renders default to `default`, which checkov flags). The Jobs `trigger`
 /// makes of a recovery template are left out: they are that template's pod exactly, judged with
-/// the CronJob that carries its skips. `--skip-download`: checkov asks nothing of the network.
+/// the CronJob that carries its skips.
 #[test]
 #[ignore = "needs a cluster: scripts/test.sh cluster"]
 fn every_chart_render_passes_checkov() {
-    let dir = tempfile::tempdir().unwrap();
+    // Not tempfile's default ".tmp…" name: checkov skips folders whose name starts with ".".
+    let dir = tempfile::Builder::new()
+        .prefix("checkov-renders-")
+        .tempdir()
+        .unwrap();
     let mut kept = 0;
     for (i, file) in renders().iter().enumerate() {
         let objects: Vec<Value> = helm::objects(&std::fs::read_to_string(file).unwrap())
@@ -228,42 +232,8 @@ fn every_chart_render_passes_checkov() {
         std::fs::write(dir.path().join(format!("{i:03}.yaml")), yaml.join("---\n")).unwrap();
         kept += 1;
     }
-    let out = std::process::Command::new(helm::tool("checkov"))
-        .args([
-            "--framework",
-            "kubernetes",
-            "--skip-download",
-            "--quiet",
-            "-o",
-            "json",
-            "-d",
-        ])
-        .arg(dir.path())
-        .output()
-        .expect("checkov");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| {
-        panic!(
-            "checkov: {e}\n{text}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    let v = if v.is_array() { v[0].clone() } else { v };
-    let failed: Vec<String> = v["results"]["failed_checks"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|f| {
-            format!(
-                "{} {} in {} ({})",
-                f["check_id"], f["resource"], f["file_path"], f["check_name"]
-            )
-        })
-        .collect();
-    eprintln!(
-        "checkov over {kept} renders: {} (every render but the Jobs trigger makes)",
-        v["summary"]
-    );
+    let (summary, failed) = helm::checkov(dir.path());
+    eprintln!("checkov over {kept} renders: {summary} (every render but the Jobs trigger makes)");
     assert!(kept > 20, "only {kept} renders");
     assert!(failed.is_empty(), "{failed:#?}");
 }

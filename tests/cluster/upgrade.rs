@@ -12,7 +12,6 @@
 use std::time::Instant;
 
 use package_executor_testkit::cluster::{self, Namespace};
-use package_executor_testkit::helm;
 use serde_json::Value;
 
 use crate::chart::{
@@ -245,12 +244,7 @@ fn an_atomic_upgrade_is_not_rolled_back_onto_a_build_older_than_the_schema() {
     let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
     args.extend(values(&extra));
     args.extend(["--atomic", "--timeout", "4m"].map(str::to_owned));
-    let out = std::process::Command::new(helm::bin())
-        .args(&args)
-        .args(["--namespace", &ns.name])
-        .current_dir(helm::root())
-        .output()
-        .expect("helm");
+    let out = crate::chart::helm_output(&ns, &args);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "the failing upgrade succeeded");
     assert!(

@@ -59,6 +59,53 @@ pub fn template(args: &[&str]) -> String {
     yaml
 }
 
+/// checkov's judgement of a render file or a folder of them (`--framework kubernetes`,
+/// `--skip-download`: it asks nothing of the network): its summary, and each failed check as
+/// `ID resource in file (name)`. A folder's name must not start with "." (checkov skips it).
+pub fn checkov(target: &Path) -> (serde_json::Value, Vec<String>) {
+    let flag = if target.is_dir() { "-d" } else { "-f" };
+    let out = Command::new(tool("checkov"))
+        .args([
+            "--framework",
+            "kubernetes",
+            "--skip-download",
+            "--quiet",
+            "-o",
+            "json",
+            flag,
+        ])
+        .arg(target)
+        .output()
+        .unwrap_or_else(|e| panic!("checkov: {e}; scripts/test.sh installs it into .tools/bin"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| {
+        panic!(
+            "checkov: {e}\n{text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    let v = if v.is_array() { v[0].clone() } else { v };
+    // checkov skips what it cannot see (a folder whose name starts with "."): judging nothing
+    // must not pass.
+    assert!(
+        v["summary"]["resource_count"].as_u64().unwrap_or(0) > 0,
+        "checkov read no resource in {}: {v}",
+        target.display()
+    );
+    let failed = v["results"]["failed_checks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|f| {
+            format!(
+                "{} {} in {} ({})",
+                f["check_id"], f["resource"], f["file_path"], f["check_name"]
+            )
+        })
+        .collect();
+    (v["summary"].clone(), failed)
+}
+
 /// The folder the chart tests keep their renders in when `PE_CHART_RENDERS` names one: the
 /// cluster tier runs them with it set, then puts every render through the real API server
 /// (`tests/cluster/renders.rs`).

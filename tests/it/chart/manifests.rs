@@ -1970,34 +1970,7 @@ fn checkov_passes_every_render() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("render.yaml");
         std::fs::write(&file, &yaml).unwrap();
-        let out = Command::new(tool("checkov"))
-            .args([
-                "--framework",
-                "kubernetes",
-                "--skip-download",
-                "--quiet",
-                "-o",
-                "json",
-                "-f",
-            ])
-            .arg(&file)
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
-        let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| {
-            panic!(
-                "{label}: checkov: {e}\n{text}\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            )
-        });
-        let v = if v.is_array() { v[0].clone() } else { v };
-        let summary = &v["summary"];
-        let failed: Vec<String> = v["results"]["failed_checks"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|f| format!("{} {} ({})", f["check_id"], f["resource"], f["check_name"]))
-            .collect();
+        let (summary, failed) = helm::checkov(&file);
         assert!(failed.is_empty(), "{label}: {failed:#?}");
         report.push(format!(
             "{label}: passed {}, failed {}, skipped {}",
