@@ -189,6 +189,9 @@ pub const REFUSED_BY_THE_API_SERVER: &[&str] = &[
     "tolerations[0].key=k,tolerations[0].tolerationSeconds=10,tolerations[0].effect=NoSchedule",
     "tolerations[0].value=x",
     "tolerations[0].key=bad key,tolerations[0].operator=Exists",
+    "extraEnv[0].name=X,extraEnv[0].value=a,extraEnv[0].valueFrom.fieldRef.fieldPath=metadata.name",
+    "extraEnv[0].name=X,extraEnv[0].valueFrom.fieldRef.fieldPath=spec.bogus",
+    "extraEnv[0].name=X,extraEnv[0].valueFrom.secretKeyRef.name=s",
 ];
 
 /// Values the schema refuses although the API server would accept what they render: names and

@@ -2089,6 +2089,8 @@ fn the_usual_knobs_reach_their_objects() {
         "imagePullSecrets[0].name=own",
         "extraEnv[0].name=HTTPS_PROXY",
         "extraEnv[0].value=http://proxy:3128",
+        "extraEnv[1].name=POD_NAME",
+        "extraEnv[1].valueFrom.fieldRef.fieldPath=metadata.name",
         "serviceAccount.annotations.iam\\.example/role=pe",
         "nodeSelector.pool=general",
         "run.nodeSelector.pool=batch",
