@@ -45,14 +45,7 @@ pub const NOTE_LIMIT_BYTES: usize = 1024;
 /// `message` cut to [`NOTE_LIMIT_BYTES`] at a character boundary, so that a note of non-ASCII
 /// text (a project id, a reason) is neither refused for its bytes nor split inside a character.
 pub fn note(message: &str) -> &str {
-    if message.len() <= NOTE_LIMIT_BYTES {
-        return message;
-    }
-    let mut end = NOTE_LIMIT_BYTES;
-    while !message.is_char_boundary(end) {
-        end -= 1;
-    }
-    &message[..end]
+    &message[..crate::quote::floor_char_boundary(message, NOTE_LIMIT_BYTES)]
 }
 
 /// Records `message` on Job `job` in `namespace`; logs and carries on when it cannot.

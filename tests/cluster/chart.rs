@@ -14,16 +14,31 @@ use serde_json::Value;
 
 pub(crate) const RELEASE: &str = "pe";
 
-pub(crate) fn image() -> (String, String) {
-    let image = std::env::var("PE_IMAGE")
-        .unwrap_or_else(|_| panic!("PE_IMAGE is not set: scripts/test.sh cluster sets it"));
-    let (repository, tag) = image.rsplit_once(':').expect("PE_IMAGE is REPOSITORY:TAG");
-    (repository.to_owned(), tag.to_owned())
+/// An image the tier built and imported, as `REPOSITORY:TAG`, from the environment variable
+/// `scripts/test.sh cluster` sets.
+pub(crate) fn env_image(var: &str) -> String {
+    std::env::var(var)
+        .unwrap_or_else(|_| panic!("{var} is not set: scripts/test.sh cluster sets it"))
+}
+
+/// The product's image (`PE_IMAGE`).
+pub(crate) fn image() -> String {
+    env_image("PE_IMAGE")
 }
 
 pub(crate) fn postgres_image() -> String {
-    std::env::var("PE_POSTGRES_IMAGE")
-        .unwrap_or_else(|_| panic!("PE_POSTGRES_IMAGE is not set: scripts/test.sh cluster sets it"))
+    env_image("PE_POSTGRES_IMAGE")
+}
+
+/// The `--set` values that make IMAGE (`REPOSITORY:TAG`) the release's.
+pub(crate) fn image_values(image: &str) -> Vec<String> {
+    let (repository, tag) = image.rsplit_once(':').expect("an image is REPOSITORY:TAG");
+    vec![
+        "--set".to_owned(),
+        format!("image.repository={repository}"),
+        "--set".to_owned(),
+        format!("image.tag={tag}"),
+    ]
 }
 
 /// `helm ARGS -n NAMESPACE`, as it ended.
@@ -54,20 +69,19 @@ pub(crate) fn helm(ns: &Namespace, args: &[&str]) -> String {
 
 /// The values every install here uses, and EXTRA.
 pub(crate) fn values(extra: &[&str]) -> Vec<String> {
-    let (repository, tag) = image();
-    let mut v: Vec<String> = [
-        format!("image.repository={repository}"),
-        format!("image.tag={tag}"),
-        "image.pullPolicy=Never".to_owned(),
-        "postgresql.enabled=true".to_owned(),
-        format!("postgresql.image={}", postgres_image()),
-        "postgresql.storage=64Mi".to_owned(),
-        "migration.createRoles=true".to_owned(),
-        "database.existingSecret=".to_owned(),
-    ]
-    .into_iter()
-    .flat_map(|s| ["--set".to_owned(), s])
-    .collect();
+    let mut v = image_values(&image());
+    v.extend(
+        [
+            "image.pullPolicy=Never".to_owned(),
+            "postgresql.enabled=true".to_owned(),
+            format!("postgresql.image={}", postgres_image()),
+            "postgresql.storage=64Mi".to_owned(),
+            "migration.createRoles=true".to_owned(),
+            "database.existingSecret=".to_owned(),
+        ]
+        .into_iter()
+        .flat_map(|s| ["--set".to_owned(), s]),
+    );
     v.extend(extra.iter().map(|s| (*s).to_owned()));
     v
 }
@@ -112,8 +126,7 @@ pub(crate) fn executor_labels() -> Value {
 /// Runs the product's image once in a pod (restricted, read-only root, the executor's labels)
 /// with ARGS and `DATABASE_URL` from the Secret's KEY; its exit code and log.
 pub(crate) fn run_once(ns: &Namespace, name: &str, key: &str, args: &[&str]) -> (i64, String) {
-    let (repository, tag) = image();
-    run_once_with(ns, &format!("{repository}:{tag}"), name, key, args)
+    run_once_with(ns, &image(), name, key, args)
 }
 
 /// [`run_once`] with another image of the product (the build one migration ahead, say).
@@ -260,8 +273,7 @@ pub(crate) fn summaries_of(ns: &Namespace, job: &str) -> Vec<Value> {
 /// What the consumer reads: every demo project but the rejected one is current, through the
 /// executor's login; and every stored snapshot verifies.
 pub(crate) fn assert_converged(ns: &Namespace) {
-    let (repository, tag) = image();
-    assert_converged_with(ns, &format!("{repository}:{tag}"));
+    assert_converged_with(ns, &image());
 }
 
 /// [`assert_converged`], asked with another image of the product.
@@ -434,17 +446,24 @@ fn three_shards_run_as_an_indexed_job_and_each_project_is_published_once() {
     assert_converged(&ns);
 }
 
-/// The recovery template's memory limit, which follows `run.concurrency` (docs/contract.md,
-/// "Memory": 32 MiB + the budget + 25 MiB a worker).
-fn recovery_memory_limit(ns: &Namespace) -> String {
+/// A field of the recovery template's pod's (first) container, by its JSONPath below it.
+pub(crate) fn recovery_container_field(ns: &Namespace, field: &str) -> String {
     ns.kubectl(&[
         "get",
         "cronjob",
         "-l",
         "app.kubernetes.io/component=snapshot-recovery",
         "-o",
-        "jsonpath={.items[0].spec.jobTemplate.spec.template.spec.containers[0].resources.limits.memory}",
+        &format!(
+            "jsonpath={{.items[0].spec.jobTemplate.spec.template.spec.containers[0].{field}}}"
+        ),
     ])
+}
+
+/// The recovery template's memory limit, which follows `run.concurrency` (docs/contract.md,
+/// "Memory": 32 MiB + the budget + 25 MiB a worker).
+fn recovery_memory_limit(ns: &Namespace) -> String {
+    recovery_container_field(ns, "resources.limits.memory")
 }
 
 #[test]

@@ -15,34 +15,14 @@ use package_executor_testkit::cluster::{self, Namespace};
 use serde_json::Value;
 
 use crate::chart::{
-    RELEASE, assert_converged_with, image, install_import_publish, newest_recovery_job,
-    postgres_image, published, run_once_with, running_pod_of, summaries_of, upgrade, values,
+    RELEASE, assert_converged_with, env_image, image, image_values, install_import_publish,
+    newest_recovery_job, postgres_image, published, recovery_container_field, run_once_with,
+    running_pod_of, summaries_of, upgrade, values,
 };
 
 /// The build one migration ahead, as `REPOSITORY:TAG`.
 fn next_image() -> String {
-    std::env::var("PE_NEXT_IMAGE")
-        .unwrap_or_else(|_| panic!("PE_NEXT_IMAGE is not set: scripts/test.sh cluster sets it"))
-}
-
-/// The `--set` values that move the release to the newer build.
-fn next_values() -> Vec<String> {
-    let next = next_image();
-    let (repository, tag) = next
-        .rsplit_once(':')
-        .expect("PE_NEXT_IMAGE is REPOSITORY:TAG");
-    vec![
-        "--set".to_owned(),
-        format!("image.repository={repository}"),
-        "--set".to_owned(),
-        format!("image.tag={tag}"),
-    ]
-}
-
-/// The release's own build, as `REPOSITORY:TAG`.
-fn this_image() -> String {
-    let (repository, tag) = image();
-    format!("{repository}:{tag}")
+    env_image("PE_NEXT_IMAGE")
 }
 
 /// A pod that holds `ql3.project_claims` in ACCESS EXCLUSIVE mode (as the owner) until it is
@@ -126,7 +106,7 @@ fn current_demo_1(ns: &Namespace, image: &str, label: &str) -> i64 {
 #[ignore = "needs a cluster: scripts/test.sh cluster"]
 fn an_older_builds_job_ends_when_a_newer_migration_commits_and_nothing_stale_is_served() {
     let ns = Namespace::new("e2e-upgrade");
-    let (older, next) = (this_image(), next_image());
+    let (older, next) = (image(), next_image());
     install_import_publish(&ns, &[]);
     let mut answers = Vec::new();
     // A publication changes demo-1's package set: its snapshot is stale from now on, and the
@@ -159,7 +139,7 @@ fn an_older_builds_job_ends_when_a_newer_migration_commits_and_nothing_stale_is_
 
     // The upgrade to the newer build: its migration commits while that Job runs.
     let mut args: Vec<String> = vec!["--set".into(), "publicationId=newer-build".into()];
-    args.extend(next_values());
+    args.extend(image_values(&next));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     upgrade(&ns, &args);
     let migrated = Instant::now();
@@ -222,24 +202,15 @@ fn an_older_builds_job_ends_when_a_newer_migration_commits_and_nothing_stale_is_
 #[ignore = "needs a cluster: scripts/test.sh cluster"]
 fn an_atomic_upgrade_is_not_rolled_back_onto_a_build_older_than_the_schema() {
     let ns = Namespace::new("e2e-atomic");
-    let (older, next) = (this_image(), next_image());
+    let (older, next) = (image(), next_image());
     upgrade(&ns, &[]);
-    let template_image = || {
-        ns.kubectl(&[
-            "get",
-            "cronjob",
-            "-l",
-            "app.kubernetes.io/component=snapshot-recovery",
-            "-o",
-            "jsonpath={.items[0].spec.jobTemplate.spec.template.spec.containers[0].image}",
-        ])
-    };
+    let template_image = || recovery_container_field(&ns, "image");
     assert_eq!(template_image(), older);
 
     let mut args: Vec<String> = ["upgrade", RELEASE, "charts/package-executor"]
         .map(str::to_owned)
         .to_vec();
-    let mut extra = next_values();
+    let mut extra = image_values(&next);
     extra.extend(["--set".to_owned(), "rbac.create=false".to_owned()]);
     let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
     args.extend(values(&extra));
@@ -277,7 +248,7 @@ fn an_atomic_upgrade_is_not_rolled_back_onto_a_build_older_than_the_schema() {
     assert_eq!(template_image(), next);
 
     // Mended (RBAC back), the newer release upgrades and runs.
-    let next_args = next_values();
+    let next_args = image_values(&next);
     let next_args: Vec<&str> = next_args.iter().map(String::as_str).collect();
     upgrade(&ns, &next_args);
     let job = newest_recovery_job(&ns);

@@ -238,7 +238,8 @@ volumes:
 selector labels and the component, and the user's labels and annotations (a mesh's sidecar
 opt-out, say): (dict "root" $ "component" "…"). */}}
 {{- define "pe.podMeta" -}}
-{{- $labels := dict "app.kubernetes.io/name" "package-executor" "app.kubernetes.io/instance" .root.Release.Name "app.kubernetes.io/component" .component -}}
+{{- $labels := include "pe.selector" .root | fromYaml -}}
+{{- $_ := set $labels "app.kubernetes.io/component" .component -}}
 {{- include "pe.podMetaWith" (dict "root" .root "labels" $labels "annotations" dict) -}}
 {{- end -}}
 
@@ -316,4 +317,60 @@ priorityClassName: {{ . | quote }}
   value: {{ . | quote }}
 {{- end }}
 {{- end }}
+{{- end -}}
+
+{{/* The pod of a Job that only talks to the database (the migration, the rollback check): no
+Kubernetes API token, the migration's resources and scheduling, one container NAME running ARGS
+with DATABASE_URL from the Secret's KEY and the client certificate CERT: (dict "root" $ "name"
+"…" "args" (list …) "key" "…-url" "cert" <Secret name>). */}}
+{{- define "pe.databasePod" -}}
+{{- $cert := .cert -}}
+{{- $name := .name -}}
+{{- $args := .args -}}
+{{- $key := .key -}}
+{{- with .root -}}
+restartPolicy: Never
+serviceAccountName: {{ include "pe.serviceAccount" . }}
+# It calls no Kubernetes API: no token in its pod.
+automountServiceAccountToken: false
+{{- include "pe.podExtras" (dict "root" . "workload" "migration") }}
+securityContext:
+  {{- toYaml .Values.podSecurityContext | nindent 2 }}
+containers:
+  - name: {{ $name }}
+    image: {{ include "pe.image" . }}
+    imagePullPolicy: {{ .Values.image.pullPolicy }}
+    args: {{ toJson $args }}
+    env:
+      - name: DATABASE_URL
+        valueFrom:
+          secretKeyRef:
+            name: {{ include "pe.secret" . }}
+            key: {{ $key }}
+      - name: PACKAGE_EXECUTOR_LOG_FORMAT
+        value: json
+      {{- with (include "pe.timeoutEnv" . | trim) }}
+      {{- . | nindent 6 }}
+      {{- end }}
+      {{- with (include "pe.extraEnv" . | trim) }}
+      {{- . | nindent 6 }}
+      {{- end }}
+      {{- with (include "pe.tlsEnv" (dict "root" . "cert" $cert) | trim) }}
+      {{- . | nindent 6 }}
+      {{- end }}
+    {{- with (include "pe.tlsMounts" (dict "root" . "cert" $cert) | trim) }}
+    volumeMounts:
+      {{- . | nindent 6 }}
+    {{- end }}
+    {{- include "pe.checkResources" (dict "root" . "key" "migration.resources" "resources" .Values.migration.resources) }}
+    resources:
+      {{- toYaml .Values.migration.resources | nindent 6 }}
+    securityContext:
+      {{- toYaml .Values.securityContext | nindent 6 }}
+    terminationMessagePolicy: FallbackToLogsOnError
+{{- with (include "pe.tlsVolumes" (dict "root" . "cert" $cert) | trim) }}
+volumes:
+  {{- . | nindent 2 }}
+{{- end }}
+{{- end -}}
 {{- end -}}

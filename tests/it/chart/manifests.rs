@@ -155,6 +155,14 @@ fn recovery_template(docs: &[Value]) -> JobSpec {
     spec.job_template.spec.unwrap()
 }
 
+/// The Secret key a pod's (first) container reads `DATABASE_URL` from: which login it holds.
+fn database_url_key(pod: &PodSpec) -> String {
+    let env = pod.containers[0].env.as_ref().unwrap();
+    let url = env.iter().find(|e| e.name == "DATABASE_URL").unwrap();
+    let from = url.value_from.as_ref().unwrap();
+    from.secret_key_ref.as_ref().unwrap().key.clone()
+}
+
 /// The properties every executor pod must have.
 fn assert_hardened(pod: &PodSpec, memory: &str) {
     assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
@@ -299,20 +307,9 @@ fn chart_lints_validates_and_parses() {
     let migrate: Job = serde_json::from_value(migrate.clone()).unwrap();
     let mpod = migrate.spec.unwrap().template.spec.unwrap();
     assert_hardened(&mpod, "128Mi");
-    let secret_key = |pod: &PodSpec| {
-        pod.containers[0].env.as_ref().unwrap()[0]
-            .value_from
-            .as_ref()
-            .unwrap()
-            .secret_key_ref
-            .as_ref()
-            .unwrap()
-            .key
-            .clone()
-    };
-    assert_eq!(secret_key(&mpod), "migrate-url");
+    assert_eq!(database_url_key(&mpod), "migrate-url");
     assert_eq!(
-        secret_key(spec.template.spec.as_ref().unwrap()),
+        database_url_key(spec.template.spec.as_ref().unwrap()),
         "executor-url"
     );
     let role = named(&d, "Role", "pe-package-executor");
@@ -2172,22 +2169,11 @@ fn a_rollback_first_checks_the_schema_with_the_image_it_rolls_back_to() {
         container.args.as_deref(),
         Some(&["migrate".to_owned(), "--check".to_owned()][..])
     );
-    let url = container
-        .env
-        .as_ref()
-        .unwrap()
-        .iter()
-        .find(|e| e.name == "DATABASE_URL")
-        .unwrap();
-    let key = &url
-        .value_from
-        .as_ref()
-        .unwrap()
-        .secret_key_ref
-        .as_ref()
-        .unwrap()
-        .key;
-    assert_eq!(key, "executor-url", "read only, as the executor");
+    assert_eq!(
+        database_url_key(&pod),
+        "executor-url",
+        "read only, as the executor"
+    );
     assert_hardened(&pod, "128Mi");
     // Argo CD has no pre-rollback phase and never runs it.
     assert_eq!(k8s_rules::argo_cd_step(check).0, k8s_rules::ARGO_CD_NEVER);
