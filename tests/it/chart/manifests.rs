@@ -130,7 +130,8 @@ fn named<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
 
 /// Supporting objects are ordinary release resources (`helm uninstall` removes them, an
 /// upgrade restarts nothing that did not change); only what must run at a point of the
-/// lifecycle is a hook: the migration, and the short Job that creates a release's recovery Job.
+/// lifecycle is a hook: the migration, the short Job that creates a release's recovery Job, and
+/// the check before a rollback.
 fn assert_only_lifecycle_hooks(docs: &[Value]) {
     for d in docs {
         let name = d["metadata"]["name"].as_str().unwrap();
