@@ -209,7 +209,8 @@ pg18() {
   use_server "$PG18_BINDIR"
   echo "== pg: the PostgreSQL-backed tests again"
   reports_clear
-  cargo test --locked --test it -- "${PG18_FILTERS[@]}" --skip hostile_revisions_on_sqlite
+  cargo test --locked --test it -- "${PG18_FILTERS[@]}" --skip hostile_revisions_on_sqlite \
+    --skip snapshot_heavy_runs_on_sqlite
   reports_show
 }
 

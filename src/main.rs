@@ -42,7 +42,38 @@ fn init_logging(format: LogFormat) {
 // per-thread cache gives back when it may hold more blocks: the container image sets
 // `GLIBC_TUNABLES=glibc.malloc.tcache_count=128` (Dockerfile; about a tenth of a cold run's
 // executor CPU for about 3 MiB).
+/// The size from which glibc maps a block of its own and unmaps it when freed.
+const MMAP_THRESHOLD: i32 = 1 << 20;
+
+/// Fixes glibc's mmap threshold at [`MMAP_THRESHOLD`], unless the environment sets one.
+///
+/// glibc starts at 128 KiB but raises the threshold to the size of each mapped block freed (up
+/// to 32 MiB), so after the first 8 MiB snapshot document is freed, the next ones come from the
+/// arenas of the threads that build them and stay there when freed, fragmented. A run of
+/// near-limit snapshots on PostgreSQL peaked at 249–256 MiB, over the 228 MiB the default flags
+/// state; with the threshold fixed, 117–129 MiB (docs/benchmarks.md). Blocks this large are
+/// revision bytes, slices and snapshot documents, a few per project at most: mapping each costs
+/// nothing a run can see. Setting it also stops glibc from raising its trim threshold the same
+/// way, so the main arena gives freed memory back.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[allow(unsafe_code)]
+fn fix_mmap_threshold() {
+    let set_outside = std::env::var_os("MALLOC_MMAP_THRESHOLD_").is_some()
+        || std::env::var("GLIBC_TUNABLES").is_ok_and(|t| t.contains("mmap_threshold"));
+    if !set_outside {
+        // SAFETY: `mallopt` only changes the allocator's parameters, under its own lock; it is
+        // called first thing in `main`, before any other thread exists.
+        unsafe {
+            libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD);
+        }
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn fix_mmap_threshold() {}
+
 fn main() {
+    fix_mmap_threshold();
     // A panic anywhere ends the process with exit code 1, after saying where.
     std::panic::set_hook(Box::new(|info| {
         eprintln!("package-executor panicked: {info}; this is a bug, please report it");

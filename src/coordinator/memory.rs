@@ -16,6 +16,8 @@ use crate::planner::MAX_SNAPSHOT_BYTES;
 pub use super::attempt::LARGEST_READ_BYTES;
 
 /// The process without work: runtime, connection pools, TLS roots, allocator arenas, logging.
+/// Freed large blocks are not counted: the binary has glibc unmap them (`fix_mmap_threshold`
+/// in main.rs).
 pub const BASE_BYTES: u64 = 32 << 20;
 
 /// What one worker may hold outside the budget: the kept bodies of the snapshot it builds, the

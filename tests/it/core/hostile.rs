@@ -3,7 +3,10 @@
 //! code, and the peak RSS of the run (from `/usr/bin/time -v`) against the bound that
 //! docs/contract.md states (`package_executor::coordinator::memory_bound`). Also the largest
 //! detail, log line and `explain` output any of them produced: input is quoted at most 256
-//! bytes at a time, so none of them is large.
+//! bytes at a time, so none of them is large. Then the worst mix rather than the worst single
+//! revision: 16 projects whose snapshots are each near the 8 MiB limit, five runs, each peak
+//! against the bound at the default concurrency. Every run has the container image's
+//! allocator settings.
 //!
 //! The binary is the test build unless `PE_HOSTILE_BIN` names another (the release build, for
 //! the figures in the notes): its allocations are the release build's (the same code and data
@@ -154,6 +157,18 @@ fn fixture(projects: &[(String, &str)]) -> Vec<u8> {
         .unwrap()
 }
 
+/// The allocator settings the container image gives the binary (the Dockerfile's
+/// `GLIBC_TUNABLES`), so that a peak measured here is the pod's.
+fn image_tunables() -> String {
+    let dockerfile = include_str!("../../../Dockerfile");
+    dockerfile
+        .lines()
+        .find_map(|l| l.strip_prefix("ENV GLIBC_TUNABLES="))
+        .expect("the Dockerfile sets GLIBC_TUNABLES")
+        .trim()
+        .to_owned()
+}
+
 /// What one run of the binary showed.
 struct Measured {
     peak: u64,
@@ -173,6 +188,8 @@ async fn measured(url: &str, args: &[&str]) -> Measured {
         .args(args)
         .env("DATABASE_URL", url)
         .env("PACKAGE_EXECUTOR_LOG_FORMAT", "json")
+        .env("GLIBC_TUNABLES", image_tunables())
+        .env_remove("MALLOC_ARENA_MAX")
         .env_remove("KUBERNETES_SERVICE_HOST")
         .env_remove("PACKAGE_EXECUTOR_LOG")
         .kill_on_drop(true);
@@ -316,6 +333,96 @@ async fn suite(dialect: Dialect) {
     assert!(longest_explain <= 16 * 1024, "{report}");
 }
 
+/// The snapshot-heavy mix: 16 projects, each of one package with 128 tools whose canonical
+/// snapshot is just under the 8 MiB limit, so that every worker assembles, writes and sends a
+/// document of the largest size at once, again and again.
+const HEAVY_PROJECTS: usize = 16;
+
+/// The filler of each tool's `inputSchema`: 128 of them make a snapshot of about 8.3 MB.
+const HEAVY_FILLER: usize = 64_800;
+
+/// How many runs of the mix on each dialect (glibc's arenas make the peak vary from run to run).
+const HEAVY_RUNS: usize = 5;
+
+/// The revision every project of the mix activates (one row; the projects' snapshots differ by
+/// their project id).
+fn heavy_revision() -> String {
+    let filler = "x".repeat(HEAVY_FILLER);
+    let tools: Vec<String> = (0..128)
+        .map(|i| {
+            format!(
+                r#"{{"name":"t{i}","version":"1.0.0","inputSchema":{{"type":"object","default":"{filler}"}}}}"#
+            )
+        })
+        .collect();
+    format!("{HEAD}{PKG},\"tools\":[{}]}}", tools.join(","))
+}
+
+/// A database holding the mix: the first project carries the revision's text, the others name
+/// it by its digest.
+async fn heavy_database(dialect: Dialect) -> (String, Option<tempfile::TempDir>) {
+    let (url, dir) = match dialect {
+        Dialect::Postgres => (pg::fresh_db().await, None),
+        Dialect::Sqlite => {
+            let (u, d) = pg::fresh_sqlite().await;
+            (u, Some(d))
+        }
+    };
+    let text = heavy_revision();
+    let digest = package_executor::model::Digest::of(text.as_bytes()).to_string();
+    let project = |i: usize, (member, value): (&str, &str)| {
+        json!({"projectId": format!("heavy-{i}"), "packages": [{
+            "packageName": "p", "installationId": format!("heavy-{i}-p"),
+            "generations": [{"generation": 1, "status": "active", member: value}]}]})
+    };
+    let store = connect(&url).await;
+    let first = json!({"schema": "package-executor/fixture@v1",
+        "projects": [project(0, ("revisionText", &text))]});
+    import(&store, &serde_json::to_vec(&first).unwrap()).await;
+    let rest: Vec<Value> = (1..HEAVY_PROJECTS)
+        .map(|i| project(i, ("revisionDigest", &digest)))
+        .collect();
+    let rest = json!({"schema": "package-executor/fixture@v1", "projects": rest});
+    import(&store, &serde_json::to_vec(&rest).unwrap()).await;
+    store.close().await;
+    (url, dir)
+}
+
+async fn snapshot_heavy(dialect: Dialect) {
+    let settings = RunSettings::default();
+    let all = memory_bound(settings.memory_budget, settings.concurrency);
+    let mut report = format!(
+        "snapshot-heavy runs on {dialect} ({HEAVY_PROJECTS} projects, one 128-tool package each, \
+         snapshots of about 8.3 MB; default flags, the image's allocator settings; bound {}):\n",
+        mib(all)
+    );
+    let mut over = 0;
+    for run in 1..=HEAVY_RUNS {
+        let (url, _dir) = heavy_database(dialect).await;
+        let got = measured(&url, &["run", "--json", "--summary-file", "/dev/null"]).await;
+        let summary: Value = serde_json::from_str(got.stdout.trim()).expect("one JSON summary");
+        let held = got.peak <= all;
+        over += usize::from(!held);
+        writeln!(
+            report,
+            "  run {run}: published {} exit {:?}  peak {:>9}  {}",
+            summary["published"],
+            got.exit,
+            mib(got.peak),
+            if held { "ok" } else { "OVER" }
+        )
+        .unwrap();
+        assert_eq!(
+            summary["published"], HEAVY_PROJECTS,
+            "every snapshot of the mix fits the limit: {summary}"
+        );
+    }
+    writeln!(report, "  runs over the bound: {over} of {HEAVY_RUNS}").unwrap();
+    println!("{report}");
+    report_to_file(&report);
+    assert_eq!(over, 0, "{report}");
+}
+
 /// Appends the report where the test command prints it from.
 fn report_to_file(report: &str) {
     use std::io::Write as _;
@@ -337,4 +444,14 @@ async fn hostile_revisions_on_sqlite() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_revisions_on_postgres() {
     suite(Dialect::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshot_heavy_runs_on_sqlite() {
+    snapshot_heavy(Dialect::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshot_heavy_runs_on_postgres() {
+    snapshot_heavy(Dialect::Postgres).await;
 }
