@@ -218,9 +218,10 @@ fn revision_document_rules() {
         raw(&ok.replace("}}", r#","name":"a"}}"#)),
         "revision-malformed"
     );
+    // A duplicate inside a definition makes the definition invalid (contract section 3).
     assert_eq!(
         raw(&ok.replace("}}", r#"},"tools":[{"name":"t","name":"u"}]}"#)),
-        "revision-malformed"
+        "invalid-definition"
     );
     assert_eq!(
         raw(&ok.replace("}}", r#"},"tools":[{"name":"\ud800"}]}"#)),
@@ -230,6 +231,15 @@ fn revision_document_rules() {
     assert_eq!(
         raw(&ok.replace("}}", r#"},"files":{"a":1,"a":2,"n":1E400}}"#)),
         "published"
+    );
+    // So are `package`'s members other than `name` and `version`; their names are read.
+    assert_eq!(
+        raw(&ok.replace("}}", r#","x":{"a":1,"a":"\ud800","n":1E400}}}"#)),
+        "published"
+    );
+    assert_eq!(
+        raw(&ok.replace("}}", r#","\ud800":0}}"#)),
+        "revision-malformed"
     );
     assert_eq!(
         raw(&ok.replace("}}", r#"},"files":{"a":}}"#)),

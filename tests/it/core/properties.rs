@@ -182,6 +182,40 @@ proptest! {
     }
 }
 
+/// Writes an object's first member a second time at its start (`twice`), or puts a lone
+/// surrogate first in an array, at the `at`-th object or array of the text (a no-op when the
+/// text has none, or when the member's name holds an escape).
+fn inject(bytes: &mut Vec<u8>, at: prop::sample::Index, twice: bool) {
+    let open = if twice { b'{' } else { b'[' };
+    let starts: Vec<usize> = bytes
+        .iter()
+        .enumerate()
+        .filter(|&(_, &b)| b == open)
+        .map(|(i, _)| i + 1)
+        .collect();
+    if starts.is_empty() {
+        return;
+    }
+    let i = starts[at.index(starts.len())];
+    if !twice {
+        bytes.splice(i..i, *br#""\ud800","#);
+        return;
+    }
+    // The first member: `"name"` up to the end of its value, found by parsing from `{`.
+    let rest = &bytes[i - 1..];
+    let Ok(Value::Object(map)) = serde_json::Deserializer::from_slice(rest)
+        .into_iter::<Value>()
+        .next()
+        .unwrap_or(Ok(Value::Null))
+    else {
+        return;
+    };
+    if let Some((k, v)) = map.iter().next() {
+        let member = format!("{}:{},", serde_json::to_string(k).unwrap(), v);
+        bytes.splice(i..i, member.into_bytes());
+    }
+}
+
 /// A revision document, as text: a valid one with extra members, or that text damaged.
 fn arb_revision_text() -> impl Strategy<Value = Vec<u8>> {
     let tools = prop::collection::vec(
@@ -205,17 +239,27 @@ fn arb_revision_text() -> impl Strategy<Value = Vec<u8>> {
         1..6,
     );
     let names = prop_oneof![Just("acme.github".to_owned()), "[a-z.]{1,12}"];
-    let doc = (names, tools, extra, any::<bool>()).prop_map(|(name, tools, extra, pretty)| {
-        let mut doc = revision(&name, Value::Array(tools));
-        for (k, v) in extra {
-            doc[k.as_str()] = v;
-        }
-        if pretty {
-            serde_json::to_vec_pretty(&doc).unwrap()
-        } else {
-            scrambled(&doc).into_bytes()
-        }
-    });
+    // `package`'s other members, ignored as the document's are.
+    let package_extra = prop::option::of(arb_json());
+    let doc = (names, tools, extra, package_extra, any::<bool>()).prop_map(
+        |(name, tools, extra, package_extra, pretty)| {
+            let mut doc = revision(&name, Value::Array(tools));
+            for (k, v) in extra {
+                doc[k.as_str()] = v;
+            }
+            if let Some(v) = package_extra {
+                doc["package"]["pad"] = v;
+            }
+            if pretty {
+                serde_json::to_vec_pretty(&doc).unwrap()
+            } else {
+                scrambled(&doc).into_bytes()
+            }
+        },
+    );
+    // Strictness, wherever it lands: an object's first member written twice, or a lone
+    // surrogate as an array's first item.
+    let strictness = prop::collection::vec((any::<prop::sample::Index>(), any::<bool>()), 0..3);
     let edit = (
         any::<prop::sample::Index>(),
         prop::sample::select(b"{}[]\",:\\u0e.-+ \x01\x1f\xff\xc3\xe2\x82".to_vec()),
@@ -225,7 +269,10 @@ fn arb_revision_text() -> impl Strategy<Value = Vec<u8>> {
         2 => Just(Vec::new()),
         3 => prop::collection::vec(edit, 1..4),
     ];
-    (doc, damage).prop_map(|(mut bytes, damage)| {
+    (doc, strictness, damage).prop_map(|(mut bytes, strictness, damage)| {
+        for (at, twice) in strictness {
+            inject(&mut bytes, at, twice);
+        }
         for (at, b, how) in damage {
             let i = at.index(bytes.len() + 1);
             match how {

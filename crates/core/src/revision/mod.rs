@@ -127,18 +127,31 @@ fn forbidden(name: &str) -> Option<&'static str> {
         .map(|i| FORBIDDEN_MEMBERS[i])
 }
 
-/// The verdict on a definition whose canonical JSON is certainly over the limit: it was not
-/// built past the limit, so of its members only the forbidden names among its own were looked
-/// at (they rank first), and duplicate names past the limit are not looked for.
-fn oversized_definition(package: &str, index: usize, forbidden: Option<&str>) -> Rejection {
+/// The verdict on a definition that was not built to its end: its canonical JSON is certainly
+/// over the limit, or one of its objects names a member twice (`duplicate`, quoted). Either
+/// makes it invalid; of the rest only the forbidden names among its own members were looked at,
+/// and they rank first.
+fn unbuilt_definition(
+    package: &str,
+    index: usize,
+    forbidden: Option<&str>,
+    duplicate: Option<&str>,
+) -> Rejection {
     let at = Where {
         package,
         index,
         name: None,
     };
-    match forbidden {
-        Some(member) => forbidden_field(&at, member),
-        None => Rejection::new(
+    match (forbidden, duplicate) {
+        (Some(member), _) => forbidden_field(&at, member),
+        (None, Some(name)) => Rejection::new(
+            Code::InvalidDefinition,
+            format!(
+                "{at}: an object in it names member {name} twice; JSON members are never \
+                 \"last one wins\" here: remove one and republish"
+            ),
+        ),
+        (None, None) => Rejection::new(
             Code::InvalidDefinition,
             format!(
                 "{at}: its canonical JSON is over the {MAX_DEFINITION_BYTES}-byte limit; shrink \

@@ -1,13 +1,13 @@
 //! The whole-document reader of earlier versions, kept only as the oracle the streamed reader
 //! is tested against (`tests/it/core/properties.rs`, the fuzz target): it parses the kept members whole
 //! into values, so its memory follows the input, and nothing but tests may call it. On every
-//! input within the limits that has no duplicate member name among `package`'s other members,
-//! the two give the same contribution or the same code.
+//! input within the limits the two give the same contribution or the same code.
 
+use std::cell::Cell;
 use std::fmt;
 
-use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, Visitor};
-use serde_json::Value;
+use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Number, Value};
 
 use super::{Contribution, MAX_REVISION_DEPTH, REVISION_SCHEMA, malformed};
 use crate::canonical::{self, StrictValue};
@@ -17,8 +17,10 @@ use crate::rejection::{Rejection, RejectionCode as Code};
 #[derive(Debug, Default)]
 struct Kept {
     schema: Option<Value>,
+    /// `package`'s `name` and `version`; its other members are ignored.
     package: Option<Value>,
-    tools: Option<Value>,
+    /// Each definition, and whether one of its objects names a member twice.
+    tools: Option<Vec<(Value, bool)>>,
 }
 
 struct KeptSeed;
@@ -42,24 +44,169 @@ impl<'de> Visitor<'de> for KeptVisitor {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Kept, A::Error> {
         let mut kept = Kept::default();
+        let mut seen = [false; 3];
         while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
             let slot = match key.as_ref() {
-                "schema" => &mut kept.schema,
-                "package" => &mut kept.package,
-                "tools" => &mut kept.tools,
+                "schema" => 0,
+                "package" => 1,
+                "tools" => 2,
                 _ => {
                     map.next_value::<IgnoredAny>()?;
                     continue;
                 }
             };
-            if slot.is_some() {
+            if std::mem::replace(&mut seen[slot], true) {
                 return Err(de::Error::custom(format_args!(
                     "duplicate member name {key:?}"
                 )));
             }
-            *slot = Some(map.next_value_seed(StrictValue)?);
+            match slot {
+                0 => kept.schema = Some(map.next_value_seed(StrictValue)?),
+                1 => kept.package = Some(map.next_value_seed(PackageSeed)?),
+                _ => kept.tools = Some(map.next_value_seed(ToolsSeed)?),
+            }
         }
         Ok(kept)
+    }
+}
+
+/// `package`: an object whose `name` and `version` are kept and whose other members are
+/// ignored (well-formed JSON only).
+struct PackageSeed;
+
+impl<'de> DeserializeSeed<'de> for PackageSeed {
+    type Value = Value;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(PackageSeed)
+    }
+}
+
+impl<'de> Visitor<'de> for PackageSeed {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("the package object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if key != "name" && key != "version" {
+                map.next_value::<IgnoredAny>()?;
+                continue;
+            }
+            if out.contains_key(&key) {
+                return Err(de::Error::custom(format_args!(
+                    "duplicate member name {key:?}"
+                )));
+            }
+            let value = map.next_value_seed(StrictValue)?;
+            out.insert(key, value);
+        }
+        Ok(Value::Object(out))
+    }
+}
+
+/// `tools`: an array, each item parsed with [`Tolerant`].
+struct ToolsSeed;
+
+impl<'de> DeserializeSeed<'de> for ToolsSeed {
+    type Value = Vec<(Value, bool)>;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(ToolsSeed)
+    }
+}
+
+impl<'de> Visitor<'de> for ToolsSeed {
+    type Value = Vec<(Value, bool)>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("tools as an array")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut items = Vec::new();
+        loop {
+            let duplicate = Cell::new(false);
+            match seq.next_element_seed(Tolerant(&duplicate))? {
+                Some(item) => items.push((item, duplicate.get())),
+                None => return Ok(items),
+            }
+        }
+    }
+}
+
+/// A value as [`StrictValue`] reads it, but a duplicate member name is noted rather than an
+/// error (the first value kept): inside a definition it makes the definition invalid.
+#[derive(Clone, Copy)]
+struct Tolerant<'a>(&'a Cell<bool>);
+
+impl<'de> DeserializeSeed<'de> for Tolerant<'_> {
+    type Value = Value;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Tolerant<'_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::Number(v.into()))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::Number(v.into()))
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
+        Number::from_f64(v)
+            .map(Value::Number)
+            .ok_or_else(|| E::custom("number out of range"))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element_seed(self)? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let value = map.next_value_seed(self)?;
+            if out.contains_key(&key) {
+                self.0.set(true);
+            } else {
+                out.insert(key, value);
+            }
+        }
+        Ok(Value::Object(out))
     }
 }
 
@@ -118,12 +265,8 @@ fn validate_kept(
             ));
         }
     };
-    let tools = match kept.tools {
-        None => Vec::new(),
-        Some(Value::Array(items)) => items,
-        Some(_) => return Err(malformed(package_name, "tools is not an array")),
-    };
-    if let Some(i) = tools.iter().position(|t| !t.is_object()) {
+    let tools = kept.tools.unwrap_or_default();
+    if let Some(i) = tools.iter().position(|(t, _)| !t.is_object()) {
         return Err(malformed(
             package_name,
             format_args!("tools[{i}] is not an object"),
@@ -140,15 +283,25 @@ fn validate_kept(
     }
 
     let mut definitions = Vec::with_capacity(tools.len());
-    for (index, tool) in tools.into_iter().enumerate() {
-        if let Value::Object(members) = tool {
-            definitions.push(super::validate_definition(
-                members,
+    for (index, (tool, duplicate)) in tools.into_iter().enumerate() {
+        let Value::Object(members) = tool else {
+            continue;
+        };
+        if duplicate {
+            let forbidden = members.keys().find_map(|k| super::forbidden(k));
+            return Err(super::unbuilt_definition(
                 package_name,
                 index,
-                approved_permissions,
-            )?);
+                forbidden,
+                Some("(a name)"),
+            ));
         }
+        definitions.push(super::validate_definition(
+            members,
+            package_name,
+            index,
+            approved_permissions,
+        )?);
     }
     Ok(Contribution {
         package_version,

@@ -16,9 +16,12 @@
 //! So what a reader holds besides the slice it is given is at most [`HELD_BYTES`], which the
 //! coordinator reserves against the memory budget before it reads. Problems rank as contract
 //! section 6 ranks them: bad UTF-8 anywhere, then nesting too deep anywhere, then the first
-//! syntax or strictness problem in the text (duplicate member names in what is built, lone
-//! surrogates and numbers beyond a double in any kept member), then the document's shape, then
-//! the package name, then the first failing definition in array order.
+//! syntax or strictness problem in the text (a second `schema`, `package`, `tools`,
+//! `package.name` or `package.version`; lone surrogates in any member name of the document or
+//! of `package` and anywhere in a kept member; numbers beyond a double in a kept member), then
+//! the document's shape, then the package name, then the first failing definition in array
+//! order. A duplicate member name inside a definition makes that definition invalid, wherever
+//! it sits (a definition is built only up to its size limit, so no other rule could hold).
 
 use std::fmt;
 
@@ -27,7 +30,7 @@ use sha2::{Digest as _, Sha256};
 
 use super::{
     Contribution, MAX_DEFINITION_BYTES, MAX_REVISION_DEPTH, REVISION_SCHEMA, ValidatedDefinition,
-    malformed, oversized_definition, validate_definition,
+    malformed, unbuilt_definition, validate_definition,
 };
 use crate::canonical::{DepthScan, JsonError};
 use crate::model::Digest;
@@ -489,9 +492,12 @@ struct Definition {
     frames: Vec<Frame>,
     /// A lower bound of its canonical size, exact but for number spellings and escapes.
     canonical_at_least: u64,
-    /// Past its size limit: nothing more is built, only its own member names are looked at.
-    oversized: bool,
-    /// The smallest forbidden member name among its own, while oversized.
+    /// Nothing more is built (past its size limit, or a duplicate member name made it
+    /// invalid): only its own member names are looked at, for a forbidden one.
+    unbuilt: bool,
+    /// The first duplicate member name in any of its objects, quoted.
+    duplicate: Option<String>,
+    /// The smallest forbidden member name among its own, built or not.
     forbidden: Option<&'static str>,
     /// Members (or items) already in each open container, to count the commas.
     counts: Vec<usize>,
@@ -503,7 +509,8 @@ impl Definition {
             index,
             frames: vec![Frame::Object(Map::new(), None)],
             canonical_at_least: 2,
-            oversized: false,
+            unbuilt: false,
+            duplicate: None,
             forbidden: None,
             counts: vec![0],
         }
@@ -517,8 +524,24 @@ impl Definition {
     fn grow(&mut self, canonical: u64) {
         self.canonical_at_least += canonical;
         if self.canonical_at_least > MAX_DEFINITION_BYTES {
-            self.oversized = true;
-            self.frames = Vec::new();
+            self.stop_building();
+        }
+    }
+
+    /// Drops what was built: the definition is invalid whatever else it holds, and only a
+    /// forbidden member among its own can still rank before that.
+    fn stop_building(&mut self) {
+        self.unbuilt = true;
+        self.frames = Vec::new();
+    }
+
+    /// One of its own member names (depth 3), built or not: the smallest forbidden one ranks
+    /// first, whatever made the definition invalid.
+    fn own_member(&mut self, name: &str) {
+        if let Some(f) = super::forbidden(name)
+            && self.forbidden.is_none_or(|seen| f < seen)
+        {
+            self.forbidden = Some(f);
         }
     }
 
@@ -533,18 +556,19 @@ impl Definition {
     }
 
     /// A member name of the innermost object; an error for a duplicate.
-    fn key(&mut self, name: String) -> Result<(), String> {
+    /// A member name of the innermost object. A name it already holds makes the definition
+    /// invalid (contract section 3): it is read past like one over its size limit, so the rule
+    /// is the same wherever the duplicate sits.
+    fn key(&mut self, name: String) {
         self.comma();
         self.grow(name.len() as u64 + 3);
-        match self.frames.last_mut() {
-            Some(Frame::Object(map, pending)) => {
-                if map.contains_key(&name) {
-                    return Err(format!("duplicate member name {}", quote(&name)));
-                }
+        if let Some(Frame::Object(map, pending)) = self.frames.last_mut() {
+            if map.contains_key(&name) {
+                self.duplicate = Some(quote(&name).to_string());
+                self.stop_building();
+            } else {
                 *pending = Some(name);
-                Ok(())
             }
-            _ => Ok(()),
         }
     }
 
@@ -567,7 +591,7 @@ impl Definition {
             self.comma();
         }
         self.grow(canonical);
-        if !self.oversized {
+        if !self.unbuilt {
             self.attach(value);
         }
     }
@@ -578,7 +602,7 @@ impl Definition {
         }
         self.counts.push(0);
         self.grow(2);
-        if !self.oversized {
+        if !self.unbuilt {
             self.frames.push(if object {
                 Frame::Object(Map::new(), None)
             } else {
@@ -589,7 +613,7 @@ impl Definition {
 
     fn close(&mut self) {
         self.counts.pop();
-        if self.oversized {
+        if self.unbuilt {
             return;
         }
         let value = match self.frames.pop() {
@@ -676,13 +700,23 @@ impl Scanner {
         }
     }
 
-    /// The kept member being read, when the scanner is inside its value.
+    /// The kept member being read, when the scanner is inside its value. Of `package` only
+    /// `name` and `version` are kept: its other members are ignored like the document's
+    /// (contract section 3), so inside them nothing is strict.
     fn region(&self) -> Option<Member> {
-        if self.stack.len() >= 2 || self.text.on || self.number_on {
-            self.member
-        } else {
-            None
+        if !(self.stack.len() >= 2 || self.text.on || self.number_on) {
+            return None;
         }
+        match self.member {
+            Some(Member::Package) if self.stack.len() != 2 || self.package_field.is_none() => None,
+            kept => kept,
+        }
+    }
+
+    /// A member name is read here whatever it names: the document's own, and `package`'s.
+    fn names_are_read(&self) -> bool {
+        let depth = self.stack.len();
+        depth == 1 || (depth == 2 && self.member == Some(Member::Package))
     }
 
     fn in_definition(&self) -> bool {
@@ -847,7 +881,7 @@ impl Scanner {
     fn check_string_room(&mut self) {
         if self.in_definition()
             && let Some(d) = &mut self.definition
-            && !d.oversized
+            && !d.unbuilt
             && self.text.on
             && !self.text.complete()
         {
@@ -953,7 +987,7 @@ impl Scanner {
             hex: 0,
             code: 0,
             high: false,
-            strict: (key && self.stack.len() == 1) || self.region().is_some(),
+            strict: (key && self.names_are_read()) || self.region().is_some(),
         }
     }
 
@@ -970,10 +1004,9 @@ impl Scanner {
     fn begin_key(&mut self) {
         let depth = self.stack.len();
         let cap = match self.region() {
-            _ if depth == 1 => Some(NAME_BYTES),
-            Some(Member::Package) if depth == 2 => Some(NAME_BYTES),
+            _ if self.names_are_read() => Some(NAME_BYTES),
             Some(Member::Tools) if self.in_definition() => match &self.definition {
-                Some(d) if !d.oversized => Some(6 * d.room() as usize + 8),
+                Some(d) if !d.unbuilt => Some(6 * d.room() as usize + 8),
                 Some(_) if depth == 3 => Some(NAME_BYTES),
                 _ => None,
             },
@@ -1050,7 +1083,7 @@ impl Scanner {
                             if in_array {
                                 def.comma();
                             }
-                            if !def.oversized {
+                            if !def.unbuilt {
                                 let cap = 6 * def.room() as usize + 8;
                                 self.text.start(cap);
                             }
@@ -1189,20 +1222,14 @@ impl Scanner {
             } else if depth == 2 && self.member == Some(Member::Package) {
                 self.package_key(name.as_deref());
             } else if let Some(def) = &mut self.definition {
+                if depth == 3
+                    && let Some(name) = &name
+                {
+                    def.own_member(name);
+                }
                 match name {
-                    Some(name) if !def.oversized => {
-                        if let Err(e) = def.key(name) {
-                            self.fail(e);
-                        }
-                    }
-                    Some(name) if depth == 3 => {
-                        if let Some(f) = super::forbidden(&name)
-                            && def.forbidden.is_none_or(|seen| f < seen)
-                        {
-                            def.forbidden = Some(f);
-                        }
-                    }
-                    None if !def.oversized => def.grow(MAX_DEFINITION_BYTES + 1),
+                    Some(name) if !def.unbuilt => def.key(name),
+                    None if !def.unbuilt => def.grow(MAX_DEFINITION_BYTES + 1),
                     _ => {}
                 }
             }
@@ -1230,14 +1257,14 @@ impl Scanner {
                 None
             };
             if let Some(def) = &mut self.definition
-                && !def.oversized
+                && !def.unbuilt
             {
                 match decoded {
                     Some(Ok(s)) => {
                         let len = s.len() as u64 + 2;
                         // The comma was counted when the string began.
                         def.grow(len);
-                        if !def.oversized {
+                        if !def.unbuilt {
                             def.attach(Value::String(s));
                         }
                     }
@@ -1279,15 +1306,21 @@ impl Scanner {
         let Definition {
             index,
             mut frames,
-            oversized,
+            unbuilt,
+            duplicate,
             forbidden,
             ..
         } = def;
-        let checked = match (oversized, frames.pop()) {
+        let checked = match (unbuilt, frames.pop()) {
             (false, Some(Frame::Object(map, _))) => {
                 validate_definition(map, &self.package_name, index, &self.approved)
             }
-            _ => Err(oversized_definition(&self.package_name, index, forbidden)),
+            _ => Err(unbuilt_definition(
+                &self.package_name,
+                index,
+                forbidden,
+                duplicate.as_deref(),
+            )),
         };
         match checked {
             Ok(mut d) => {
@@ -1449,6 +1482,9 @@ mod tests {
         let late = format!(r#"{},"command":"x"}}"#, &big[..big.len() - 1]);
         let r = verdict(&doc(PKG, &format!("[{late}]"), "")).unwrap_err();
         assert_eq!(r.code, RejectionCode::ForbiddenField, "{}", r.detail);
+        let early = format!(r#"{{"command":"x",{}"#, &big[1..]);
+        let r = verdict(&doc(PKG, &format!("[{early}]"), "")).unwrap_err();
+        assert_eq!(r.code, RejectionCode::ForbiddenField, "{}", r.detail);
         let r = verdict(&doc(PKG, &format!("[{big}]"), "")).unwrap_err();
         assert_eq!(r.code, RejectionCode::InvalidDefinition, "{}", r.detail);
         assert!(r.detail.contains("262144"), "{}", r.detail);
@@ -1531,16 +1567,11 @@ mod tests {
         let t = |schema: &str| format!("[{}]", tool("t", schema));
         for bad in [
             doc(r#"{"name":"p","name":"p","version":"1.0.0"}"#, "[]", ""),
-            doc(
-                PKG,
-                r#"[{"name":"t","name":"t","version":"1.0.0","inputSchema":{}}]"#,
-                "",
-            ),
-            doc(PKG, &t(r#"{"a":1,"a":2}"#), ""),
-            doc(r#"{"name":"p","version":"1.0.0","x":"\ud800"}"#, "[]", ""),
+            doc(r#"{"name":"p","version":"1.0.0","\ud800":1}"#, "[]", ""),
             doc(PKG, &t(r#"{"a":"\udc00"}"#), ""),
             doc(PKG, &t(r#"{"a":"\ud800\n"}"#), ""),
             doc(PKG, "[]", r#","tools":[]"#),
+            doc(PKG, "[]", r#","\udc00":[]"#),
         ] {
             assert_eq!(
                 code(&bad),
@@ -1549,9 +1580,64 @@ mod tests {
                 String::from_utf8_lossy(&bad)
             );
         }
-        // A surrogate pair is fine; ignored members need only be well-formed.
+        // A surrogate pair is fine; ignored members, `package`'s other members among them,
+        // need only be well-formed.
         assert_eq!(code(&doc(PKG, &t(r#"{"a":"\ud83d\ude00"}"#), "")), None);
         assert_eq!(code(&doc(PKG, "[]", r#","x":{"a":1,"a":"\ud800"}"#)), None);
+        for ignored in [
+            r#"{"name":"p","version":"1.0.0","x":"\ud800"}"#,
+            r#"{"name":"p","version":"1.0.0","x":{"a":1,"a":2}}"#,
+            r#"{"name":"p","x":[1E400],"version":"1.0.0","x":0}"#,
+        ] {
+            assert_eq!(code(&doc(ignored, "[]", "")), None, "{ignored}");
+        }
+    }
+
+    #[test]
+    fn a_duplicate_inside_a_definition_makes_it_invalid_wherever_it_sits() {
+        let t = |schema: &str| format!("[{}]", tool("t", schema));
+        let zeros = format!("[{}0]", "0,".repeat(200_000));
+        for (bad, why) in [
+            (
+                r#"[{"name":"t","name":"t","version":"1.0.0","inputSchema":{}}]"#.to_owned(),
+                "its own members",
+            ),
+            (t(r#"{"a":1,"a":2}"#), "a nested object"),
+            (
+                t(&format!(r#"{{"a":1,"a":2,"z":{zeros}}}"#)),
+                "before the limit",
+            ),
+            (
+                t(&format!(r#"{{"z":{zeros},"a":1,"a":2}}"#)),
+                "past the limit",
+            ),
+        ] {
+            let r = verdict(&doc(PKG, &bad, "")).unwrap_err();
+            assert_eq!(
+                r.code,
+                RejectionCode::InvalidDefinition,
+                "{why}: {}",
+                r.detail
+            );
+            assert!(r.detail.contains("tools[0]"), "{why}: {}", r.detail);
+        }
+        let r = verdict(&doc(PKG, &t(r#"{"a":1,"a":2}"#), "")).unwrap_err();
+        assert!(r.detail.contains(r#""a" twice"#), "{}", r.detail);
+        // A forbidden member still ranks first, before or after the duplicate.
+        for bad in [
+            r#"[{"command":"x","name":"t","name":"t","version":"1.0.0","inputSchema":{}}]"#,
+            r#"[{"name":"t","name":"t","version":"1.0.0","inputSchema":{},"url":"u"}]"#,
+        ] {
+            let r = verdict(&doc(PKG, bad, "")).unwrap_err();
+            assert_eq!(r.code, RejectionCode::ForbiddenField, "{bad}: {}", r.detail);
+        }
+        // A problem of the document after it still makes the revision malformed.
+        let bad = format!("[{},{{]", tool("t", r#"{"a":1,"a":2}"#));
+        assert_eq!(
+            code(&doc(PKG, &bad, "")),
+            Some(RejectionCode::RevisionMalformed),
+            "{bad}"
+        );
     }
     #[test]
     fn skipped_values_are_checked_as_serde_json_checks_them() {
