@@ -297,6 +297,11 @@ async fn bench_run(bin: &PathBuf, dir: &std::path::Path) {
         {
             statement_report(&url).await;
         }
+        if dialect == "postgres"
+            && std::env::var("PE_PG_CONF").is_ok_and(|c| c.contains("track_functions"))
+        {
+            function_report(&url, n).await;
+        }
         let (warm, v) = run_cli(bin, &url, &["run", "--json"]);
         println!(
             "[run/{dialect}] second run, nothing pending: {:.3}s (published {})",
@@ -483,13 +488,13 @@ async fn bench_scale(bin: &PathBuf, dir: &std::path::Path) {
 async fn statement_report(url: &str) {
     let store = connect(url).await;
     let pool = store.pg_pool().unwrap();
-    sqlx::query("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+    sqlx::query("CREATE EXTENSION IF NOT EXISTS pg_stat_statements SCHEMA public")
         .execute(&pool)
         .await
         .unwrap();
     let rows: Vec<(i64, f64, f64, String)> = sqlx::query_as(
         "SELECT calls, total_plan_time, total_exec_time, left(regexp_replace(query, '\\s+', ' ', 'g'), 110)
-         FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+         FROM public.pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
          ORDER BY total_plan_time + total_exec_time DESC LIMIT 15",
     )
     .fetch_all(&pool)
@@ -498,6 +503,28 @@ async fn statement_report(url: &str) {
     println!("    calls    plan ms    exec ms  statement");
     for (calls, plan, exec, q) in rows {
         println!("    {calls:>6} {plan:>10.1} {exec:>10.1}  {q}");
+    }
+    store.close().await;
+}
+
+/// The server's time in the schema's PL/pgSQL functions during the cold run
+/// (`track_functions`): the snapshot checks among them, per snapshot.
+async fn function_report(url: &str, snapshots: usize) {
+    let store = connect(url).await;
+    let pool = store.pg_pool().unwrap();
+    let rows: Vec<(String, i64, f64, f64)> = sqlx::query_as(
+        "SELECT funcname::text, calls, total_time, self_time FROM pg_stat_user_functions
+         WHERE schemaname = 'ql3' ORDER BY total_time DESC",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    println!("    function                          calls   total ms    self ms  ms per snapshot");
+    for (name, calls, total, own) in rows {
+        println!(
+            "    {name:<32} {calls:>6} {total:>10.1} {own:>10.1}  {:.4}",
+            total / snapshots as f64
+        );
     }
     store.close().await;
 }
