@@ -42,6 +42,7 @@ fn init_logging(format: LogFormat) {
 // per-thread cache gives back when it may hold more blocks: the container image sets
 // `GLIBC_TUNABLES=glibc.malloc.tcache_count=128` (Dockerfile; about a tenth of a cold run's
 // executor CPU for about 3 MiB).
+
 /// The size from which glibc maps a block of its own and unmaps it when freed.
 const MMAP_THRESHOLD: i32 = 1 << 20;
 
@@ -49,9 +50,9 @@ const MMAP_THRESHOLD: i32 = 1 << 20;
 ///
 /// glibc starts at 128 KiB but raises the threshold to the size of each mapped block freed (up
 /// to 32 MiB), so after the first 8 MiB snapshot document is freed, the next ones come from the
-/// arenas of the threads that build them and stay there when freed, fragmented. A run of
-/// near-limit snapshots on PostgreSQL peaked at 249–256 MiB, over the 228 MiB the default flags
-/// state; with the threshold fixed, 117–129 MiB (docs/benchmarks.md). Blocks this large are
+/// arenas of the threads that build them and stay there when freed, fragmented: runs of
+/// near-limit snapshots went over the memory bound the flags state (docs/benchmarks.md, "The
+/// worst mix for memory"). Blocks this large are
 /// revision bytes, slices and snapshot documents, a few per project at most: mapping each costs
 /// nothing a run can see. Setting it also stops glibc from raising its trim threshold the same
 /// way, so the main arena gives freed memory back.

@@ -4,6 +4,7 @@
 //! digest never needs the canonical bytes materialised. Parsing is strict where contract section 3
 //! asks: duplicate member names and lone surrogates are errors, never "last one wins".
 
+use std::cell::Cell;
 use std::fmt;
 
 use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
@@ -397,13 +398,50 @@ impl<'de> DeserializeSeed<'de> for StrictValue {
     type Value = Value;
 
     fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
-        d.deserialize_any(StrictVisitor)
+        d.deserialize_any(StrictVisitor(OnDuplicate::Refuse))
     }
 }
 
-struct StrictVisitor;
+/// [`StrictValue`], but a duplicate member name is noted (the first one, in `self.0`; the
+/// first value kept) rather than refused: for the whole-document revision reader, where a
+/// duplicate inside a definition makes the definition invalid, not the document malformed.
+#[derive(Clone, Copy)]
+pub struct NotingDuplicates<'a>(pub &'a Cell<Option<String>>);
 
-impl<'de> Visitor<'de> for StrictVisitor {
+// `Cell<Option<String>>` is not `Debug` (a `Cell`'s content is shown only when it is `Copy`).
+impl fmt::Debug for NotingDuplicates<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("NotingDuplicates")
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for NotingDuplicates<'_> {
+    type Value = Value;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(StrictVisitor(OnDuplicate::Note(self.0)))
+    }
+}
+
+/// What a duplicate member name does.
+#[derive(Clone, Copy)]
+enum OnDuplicate<'a> {
+    Refuse,
+    Note(&'a Cell<Option<String>>),
+}
+
+#[derive(Clone, Copy)]
+struct StrictVisitor<'a>(OnDuplicate<'a>);
+
+impl<'de> DeserializeSeed<'de> for StrictVisitor<'_> {
+    type Value = Value;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for StrictVisitor<'_> {
     type Value = Value;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -442,7 +480,7 @@ impl<'de> Visitor<'de> for StrictVisitor {
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
         let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1024));
-        while let Some(item) = seq.next_element_seed(StrictValue)? {
+        while let Some(item) = seq.next_element_seed(self)? {
             items.push(item);
         }
         Ok(Value::Array(items))
@@ -452,11 +490,22 @@ impl<'de> Visitor<'de> for StrictVisitor {
         let mut out = Map::new();
         while let Some(key) = map.next_key::<String>()? {
             if out.contains_key(&key) {
-                return Err(de::Error::custom(format_args!(
-                    "duplicate member name {key:?}"
-                )));
+                match self.0 {
+                    OnDuplicate::Refuse => {
+                        return Err(de::Error::custom(format_args!(
+                            "duplicate member name {key:?}"
+                        )));
+                    }
+                    OnDuplicate::Note(first) => {
+                        let noted = first.take().unwrap_or(key);
+                        first.set(Some(noted));
+                        // Read strictly all the same; the first value stays.
+                        map.next_value_seed(self)?;
+                        continue;
+                    }
+                }
             }
-            let value = map.next_value_seed(StrictValue)?;
+            let value = map.next_value_seed(self)?;
             out.insert(key, value);
         }
         Ok(Value::Object(out))

@@ -220,6 +220,17 @@ async fn measured(url: &str, args: &[&str]) -> Measured {
     }
 }
 
+/// An empty migrated database of the dialect, and the folder that holds it (SQLite).
+async fn fresh(dialect: Dialect) -> (String, Option<tempfile::TempDir>) {
+    match dialect {
+        Dialect::Postgres => (pg::fresh_db().await, None),
+        Dialect::Sqlite => {
+            let (url, dir) = pg::fresh_sqlite().await;
+            (url, Some(dir))
+        }
+    }
+}
+
 fn mib(b: u64) -> String {
     format!("{:.1} MiB", b as f64 / f64::from(1 << 20))
 }
@@ -238,13 +249,7 @@ async fn suite(dialect: Dialect) {
     let mut failures = Vec::new();
     let cases = cases();
     for (i, (name, text, want)) in cases.iter().enumerate() {
-        let (url, _dir) = match dialect {
-            Dialect::Postgres => (pg::fresh_db().await, None),
-            Dialect::Sqlite => {
-                let (u, d) = pg::fresh_sqlite().await;
-                (u, Some(d))
-            }
-        };
+        let (url, _dir) = fresh(dialect).await;
         let store = connect(&url).await;
         import(&store, &fixture(&[(format!("h{i}"), text)])).await;
         store.close().await;
@@ -290,13 +295,7 @@ async fn suite(dialect: Dialect) {
         }
     }
     // Every hostile revision at once, at the default concurrency.
-    let (url, _dir) = match dialect {
-        Dialect::Postgres => (pg::fresh_db().await, None),
-        Dialect::Sqlite => {
-            let (u, d) = pg::fresh_sqlite().await;
-            (u, Some(d))
-        }
-    };
+    let (url, _dir) = fresh(dialect).await;
     let store = connect(&url).await;
     for (i, (_, text, _)) in cases.iter().enumerate() {
         import(&store, &fixture(&[(format!("h{i}"), text)])).await;
@@ -361,13 +360,7 @@ fn heavy_revision() -> String {
 /// A database holding the mix: the first project carries the revision's text, the others name
 /// it by its digest.
 async fn heavy_database(dialect: Dialect) -> (String, Option<tempfile::TempDir>) {
-    let (url, dir) = match dialect {
-        Dialect::Postgres => (pg::fresh_db().await, None),
-        Dialect::Sqlite => {
-            let (u, d) = pg::fresh_sqlite().await;
-            (u, Some(d))
-        }
-    };
+    let (url, dir) = fresh(dialect).await;
     let text = heavy_revision();
     let digest = package_executor::model::Digest::of(text.as_bytes()).to_string();
     let project = |i: usize, (member, value): (&str, &str)| {

@@ -7,10 +7,11 @@ use std::cell::Cell;
 use std::fmt;
 
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
-use serde_json::{Map, Number, Value};
+use serde_json::{Map, Value};
 
 use super::{Contribution, MAX_REVISION_DEPTH, REVISION_SCHEMA, malformed};
-use crate::canonical::{self, StrictValue};
+use crate::canonical::{self, NotingDuplicates, StrictValue};
+use crate::quote::quote;
 use crate::rejection::{Rejection, RejectionCode as Code};
 
 /// The kept members of a revision document.
@@ -19,8 +20,8 @@ struct Kept {
     schema: Option<Value>,
     /// `package`'s `name` and `version`; its other members are ignored.
     package: Option<Value>,
-    /// Each definition, and whether one of its objects names a member twice.
-    tools: Option<Vec<(Value, bool)>>,
+    /// Each definition, and the first member name one of its objects gives twice.
+    tools: Option<Vec<(Value, Option<String>)>>,
 }
 
 struct KeptSeed;
@@ -108,11 +109,11 @@ impl<'de> Visitor<'de> for PackageSeed {
     }
 }
 
-/// `tools`: an array, each item parsed with [`Tolerant`].
+/// `tools`: an array, each item parsed with its duplicate member names noted.
 struct ToolsSeed;
 
 impl<'de> DeserializeSeed<'de> for ToolsSeed {
-    type Value = Vec<(Value, bool)>;
+    type Value = Vec<(Value, Option<String>)>;
 
     fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
         d.deserialize_any(ToolsSeed)
@@ -120,7 +121,7 @@ impl<'de> DeserializeSeed<'de> for ToolsSeed {
 }
 
 impl<'de> Visitor<'de> for ToolsSeed {
-    type Value = Vec<(Value, bool)>;
+    type Value = Vec<(Value, Option<String>)>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("tools as an array")
@@ -129,84 +130,12 @@ impl<'de> Visitor<'de> for ToolsSeed {
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
         let mut items = Vec::new();
         loop {
-            let duplicate = Cell::new(false);
-            match seq.next_element_seed(Tolerant(&duplicate))? {
-                Some(item) => items.push((item, duplicate.get())),
+            let duplicate = Cell::new(None);
+            match seq.next_element_seed(NotingDuplicates(&duplicate))? {
+                Some(item) => items.push((item, duplicate.take())),
                 None => return Ok(items),
             }
         }
-    }
-}
-
-/// A value as [`StrictValue`] reads it, but a duplicate member name is noted rather than an
-/// error (the first value kept): inside a definition it makes the definition invalid.
-#[derive(Clone, Copy)]
-struct Tolerant<'a>(&'a Cell<bool>);
-
-impl<'de> DeserializeSeed<'de> for Tolerant<'_> {
-    type Value = Value;
-
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for Tolerant<'_> {
-    type Value = Value;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a JSON value")
-    }
-
-    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
-        Ok(Value::Bool(v))
-    }
-
-    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
-        Ok(Value::Number(v.into()))
-    }
-
-    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
-        Ok(Value::Number(v.into()))
-    }
-
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
-        Number::from_f64(v)
-            .map(Value::Number)
-            .ok_or_else(|| E::custom("number out of range"))
-    }
-
-    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
-        Ok(Value::String(v.to_owned()))
-    }
-
-    fn visit_string<E>(self, v: String) -> Result<Value, E> {
-        Ok(Value::String(v))
-    }
-
-    fn visit_unit<E>(self) -> Result<Value, E> {
-        Ok(Value::Null)
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
-        let mut items = Vec::new();
-        while let Some(item) = seq.next_element_seed(self)? {
-            items.push(item);
-        }
-        Ok(Value::Array(items))
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-        let mut out = Map::new();
-        while let Some(key) = map.next_key::<String>()? {
-            let value = map.next_value_seed(self)?;
-            if out.contains_key(&key) {
-                self.0.set(true);
-            } else {
-                out.insert(key, value);
-            }
-        }
-        Ok(Value::Object(out))
     }
 }
 
@@ -287,13 +216,13 @@ fn validate_kept(
         let Value::Object(members) = tool else {
             continue;
         };
-        if duplicate {
+        if let Some(name) = duplicate {
             let forbidden = members.keys().find_map(|k| super::forbidden(k));
             return Err(super::unbuilt_definition(
                 package_name,
                 index,
                 forbidden,
-                Some("(a name)"),
+                Some(&quote(&name).to_string()),
             ));
         }
         definitions.push(super::validate_definition(

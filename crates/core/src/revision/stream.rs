@@ -555,7 +555,6 @@ impl Definition {
         }
     }
 
-    /// A member name of the innermost object; an error for a duplicate.
     /// A member name of the innermost object. A name it already holds makes the definition
     /// invalid (contract section 3): it is read past like one over its size limit, so the rule
     /// is the same wherever the duplicate sits.
