@@ -183,8 +183,8 @@ proptest! {
 }
 
 /// Writes an object's first member a second time at its start (`twice`), or puts a lone
-/// surrogate first in an array, at the `at`-th object or array of the text (a no-op when the
-/// text has none, or when the member's name holds an escape).
+/// surrogate first in an array, at the `at`-th `{` or `[` of the text (a no-op when the text
+/// has none, or when what starts there does not parse as an object).
 fn inject(bytes: &mut Vec<u8>, at: prop::sample::Index, twice: bool) {
     let open = if twice { b'{' } else { b'[' };
     let starts: Vec<usize> = bytes
