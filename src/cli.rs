@@ -8,9 +8,6 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::defaults;
 
-/// The default database when none is configured (refused inside a Kubernetes pod).
-pub const DEFAULT_DATABASE_URL: &str = "sqlite://package-executor.db";
-
 /// Builds canonical tool definition snapshots for projects whose active packages changed.
 #[derive(Debug, Parser)]
 #[command(name = "package-executor", version, about, long_about = None)]
@@ -180,7 +177,7 @@ pub struct TriggerArgs {
     #[arg(long, env = "PACKAGE_EXECUTOR_WAIT")]
     pub wait: bool,
     /// Bounds the whole command, API retries included (exit 124).
-    #[arg(long, default_value = "10m", value_parser = |s: &str| within(s, bounds::TRIGGER_TIMEOUT), env = "PACKAGE_EXECUTOR_TIMEOUT")]
+    #[arg(long, default_value = defaults::TRIGGER_TIMEOUT.text, value_parser = |s: &str| within(s, bounds::TRIGGER_TIMEOUT), env = "PACKAGE_EXECUTOR_TIMEOUT")]
     pub timeout: Duration,
     /// Print the Job as YAML and contact nothing.
     #[arg(long, env = "PACKAGE_EXECUTOR_DRY_RUN")]
@@ -293,7 +290,7 @@ pub struct RunArgs {
     /// The `job` grouping key of the push.
     #[arg(
         long,
-        default_value = "package_executor",
+        default_value = defaults::METRICS_JOB,
         env = "PACKAGE_EXECUTOR_METRICS_JOB"
     )]
     pub metrics_job: String,
@@ -469,6 +466,8 @@ mod tests {
             defaults::IDLE_IN_TRANSACTION_TIMEOUT,
             defaults::ANSWER_MARGIN,
             defaults::CONNECT_TIMEOUT,
+            defaults::SHUTDOWN_GRACE,
+            defaults::TRIGGER_TIMEOUT,
         ] {
             assert_eq!(parse_duration(d.text), Ok(d.value), "{}", d.text);
         }

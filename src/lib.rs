@@ -18,7 +18,7 @@ pub mod metrics;
 pub mod sources;
 
 pub use package_executor_core::{
-    canonical, defaults, exit, identity, model, planner, quote, rejection, report, revision,
-    source_key, standing, verify,
+    canonical, defaults, exit, identity, limits, model, planner, quote, rejection, report,
+    revision, source_key, standing, verify,
 };
 pub use package_executor_store as store;

@@ -5,7 +5,7 @@ use serde_json::Value;
 use crate::audit::{Checked, verify_all};
 use crate::cli::Cli;
 use crate::exit::Exit;
-use crate::planner;
+use crate::limits;
 use crate::standing::{Standing, pending_lines};
 use crate::store::{Current, ProjectFacts};
 
@@ -127,10 +127,10 @@ pub async fn explain(cli: &Cli, project: &str) -> anyhow::Result<Exit> {
     // The observation reads at most one head past the limit, so past it the count is a floor.
     let count = match live.len() {
         1 => "1 active package".to_owned(),
-        n if n > planner::MAX_PACKAGES => {
+        n if n > limits::MAX_PACKAGES => {
             format!(
                 "more than {} active packages, over the limit",
-                planner::MAX_PACKAGES
+                limits::MAX_PACKAGES
             )
         }
         n => format!("{n} active packages"),

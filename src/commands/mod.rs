@@ -22,7 +22,7 @@ pub use terminal::LogWriter;
 
 use anyhow::Context as _;
 
-use crate::cli::{Cli, Command, DEFAULT_DATABASE_URL, SourcesCommand};
+use crate::cli::{Cli, Command, SourcesCommand};
 use crate::exit::Exit;
 use crate::sources;
 use crate::store::{ConnectOptions, SqliteUse, Store, StoreError, describe};
@@ -138,7 +138,7 @@ pub fn database_url(cli: &Cli) -> Result<String, StoreError> {
              refused there; mount the database Secret as DATABASE_URL"
                 .into(),
         )),
-        _ => Ok(DEFAULT_DATABASE_URL.to_owned()),
+        _ => Ok(crate::defaults::DATABASE_URL.to_owned()),
     }
 }
 

@@ -4,7 +4,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use crate::planner::{ActiveHead, MAX_REVISION_BYTES, Snapshot, SnapshotBuilder, StoredLength};
+use crate::limits::MAX_REVISION_BYTES;
+use crate::planner::{ActiveHead, Snapshot, SnapshotBuilder, StoredLength};
 use crate::rejection::Rejection;
 use crate::report::{Outcome, Unresolved};
 use crate::revision::{self, RevisionStream};

@@ -11,7 +11,7 @@
 //! chart's values (`pe.memory` in `_pod.tpl`; `tests/it/chart/manifests.rs` holds the two
 //! equal).
 
-use crate::planner::MAX_SNAPSHOT_BYTES;
+use crate::limits::MAX_SNAPSHOT_BYTES;
 
 pub use super::attempt::LARGEST_READ_BYTES;
 

@@ -6,6 +6,7 @@
 //! `cargo test` runs it. The fault scenarios that need root are the `chaos` binary
 //! (`tests/chaos/`), the container image the `image` binary; `scripts/test.sh` runs each tier.
 
+mod architecture;
 mod chart;
 mod commands;
 mod core;

@@ -60,3 +60,12 @@ pub const SHUTDOWN_GRACE: Spelled<Duration> = Spelled {
     value: Duration::from_secs(20),
     text: "20s",
 };
+/// How long `trigger` may take, API retries included (`trigger --timeout`).
+pub const TRIGGER_TIMEOUT: Spelled<Duration> = Spelled {
+    value: Duration::from_secs(600),
+    text: "10m",
+};
+/// The database when none is configured (refused inside a Kubernetes pod).
+pub const DATABASE_URL: &str = "sqlite://package-executor.db";
+/// The `job` grouping key of a metrics push (`--metrics-job`).
+pub const METRICS_JOB: &str = "package_executor";

@@ -12,6 +12,7 @@ pub mod exit;
 pub mod fixture;
 pub mod identity;
 pub mod import_rows;
+pub mod limits;
 pub mod model;
 pub mod planner;
 pub mod quote;

@@ -9,19 +9,11 @@ use std::collections::BTreeSet;
 
 use crate::canonical::{self, HashSink, Sink};
 use crate::identity::{self, LedgerConflict};
+use crate::limits::{MAX_DEFINITIONS, MAX_PACKAGES, MAX_REVISION_BYTES, MAX_SNAPSHOT_BYTES};
 use crate::model::{self, Digest};
 use crate::quote::quote;
 use crate::rejection::{Rejection, RejectionCode as Code};
 use crate::revision::{self, ValidatedDefinition};
-
-/// Most active packages in one project.
-pub const MAX_PACKAGES: usize = 128;
-/// Most tool definitions in one project.
-pub const MAX_DEFINITIONS: usize = 128;
-/// Largest canonical snapshot document.
-pub const MAX_SNAPSHOT_BYTES: u64 = 8 * 1024 * 1024;
-/// Largest materialized revision.
-pub const MAX_REVISION_BYTES: i64 = 24 * 1024 * 1024;
 
 /// `schema` of the active vector document.
 pub const ACTIVE_VECTOR_SCHEMA: &str = "qinglong/active-vector@v1";

@@ -5,7 +5,7 @@ use package_executor_testkit::inputs;
 
 use inputs::{Pkg, code, plan, revision, tool};
 use package_executor::canonical;
-use package_executor::planner::MAX_SNAPSHOT_BYTES;
+use package_executor::limits::MAX_SNAPSHOT_BYTES;
 use serde_json::{Value, json};
 
 fn one(tools: Value) -> String {

@@ -12,6 +12,7 @@ use serde_json::{Map, Value};
 
 use crate::canonical;
 use crate::identity::{self, ToolIdentity};
+use crate::limits::{MAX_DEFINITION_BYTES, MAX_DEFINITION_DEPTH};
 use crate::model::Digest;
 use crate::quote::quote;
 use crate::rejection::{Rejection, RejectionCode as Code};
@@ -24,12 +25,6 @@ pub use stream::{HELD_BYTES, KEPT_DEFINITIONS, RevisionStream, SMALL_TEXT_BYTES,
 
 /// The `schema` a revision must declare.
 pub const REVISION_SCHEMA: &str = "qinglong/materialized-revision@v1";
-/// Nesting limit of a whole revision document.
-pub const MAX_REVISION_DEPTH: usize = 128;
-/// Nesting limit of one definition (the definition object is depth 1).
-pub const MAX_DEFINITION_DEPTH: usize = 64;
-/// Largest canonical definition, in bytes.
-pub const MAX_DEFINITION_BYTES: u64 = 256 * 1024;
 
 /// Top-level definition members refused as code, handlers or credentials, in byte order.
 pub const FORBIDDEN_MEMBERS: [&str; 24] = [

@@ -9,8 +9,9 @@ use std::fmt;
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
-use super::{Contribution, MAX_REVISION_DEPTH, REVISION_SCHEMA, malformed};
+use super::{Contribution, REVISION_SCHEMA, malformed};
 use crate::canonical::{self, NotingDuplicates, StrictValue};
+use crate::limits::MAX_REVISION_DEPTH;
 use crate::quote::quote;
 use crate::rejection::{Rejection, RejectionCode as Code};
 

@@ -29,12 +29,14 @@ use serde_json::{Map, Number, Value};
 use sha2::{Digest as _, Sha256};
 
 use super::{
-    Contribution, MAX_DEFINITION_BYTES, MAX_REVISION_DEPTH, REVISION_SCHEMA, ValidatedDefinition,
-    malformed, unbuilt_definition, validate_definition,
+    Contribution, REVISION_SCHEMA, ValidatedDefinition, malformed, unbuilt_definition,
+    validate_definition,
 };
 use crate::canonical::{DepthScan, JsonError};
+use crate::limits::{
+    MAX_DEFINITION_BYTES, MAX_DEFINITIONS, MAX_REVISION_DEPTH, MAX_SNAPSHOT_BYTES,
+};
 use crate::model::Digest;
-use crate::planner::{MAX_DEFINITIONS, MAX_SNAPSHOT_BYTES};
 use crate::quote::{quote, quote_bytes};
 use crate::rejection::{Rejection, RejectionCode as Code};
 
