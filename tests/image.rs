@@ -22,8 +22,8 @@ use std::process::Output;
 use std::time::Duration;
 
 use package_executor::store::{ConnectOptions, Store};
+use package_executor_testkit::certs::{ca, leaf};
 use pg::PgCluster;
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 use serde_json::Value;
 
 /// The image under test, as `scripts/image-build.sh` tagged it.
@@ -127,24 +127,6 @@ struct Database {
     /// Volume name → the files in it (key → content), as the chart's Secrets would hold them.
     secrets: BTreeMap<String, BTreeMap<String, String>>,
     _dir: tempfile::TempDir,
-}
-
-fn ca(name: &str) -> CertifiedIssuer<'static, KeyPair> {
-    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.distinguished_name.push(DnType::CommonName, name);
-    CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap()
-}
-
-fn leaf(issuer: &CertifiedIssuer<'static, KeyPair>, cn: &str, names: &[&str]) -> (String, String) {
-    let mut params =
-        CertificateParams::new(names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>()).unwrap();
-    params.distinguished_name.push(DnType::CommonName, cn);
-    let key = KeyPair::generate().unwrap();
-    (
-        params.signed_by(&key, issuer).unwrap().pem(),
-        key.serialize_pem(),
-    )
 }
 
 impl Database {

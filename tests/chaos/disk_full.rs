@@ -15,9 +15,7 @@
 use package_executor_testkit::db;
 use package_executor_testkit::fixtures;
 use package_executor_testkit::pg;
-
-use std::future::Future;
-use std::time::Duration;
+use package_executor_testkit::within;
 
 use db::*;
 use package_executor::coordinator::{Coordinator, LogObserver, RunReport, RunSettings, Stop};
@@ -25,12 +23,6 @@ use package_executor::exit::Exit;
 use package_executor::report::{Outcome, Unresolved};
 use package_executor::sources;
 use package_executor::store::{ConnectOptions, Store, StoreError};
-
-async fn within<F: Future<Output = ()>>(f: F) {
-    tokio::time::timeout(Duration::from_secs(120), f)
-        .await
-        .expect("test timed out");
-}
 
 /// A store on `url` whose only connection lets the file grow by `room` pages at most.
 async fn cramped(url: &str, room: i64) -> Store {
@@ -111,7 +103,7 @@ fn assert_nothing_fit(report: &RunReport, code: &str) {
 #[test]
 #[ignore = "chaos tier, needs root: scripts/test.sh chaos"]
 fn a_sqlite_import_that_fills_the_disk_writes_nothing_and_says_what_to_do() {
-    pg::block_on(within(async {
+    pg::block_on(within(120, async {
         let (url, _dir) = pg::fresh_sqlite().await;
         let store = cramped(&url, 16).await;
         import(&store, DEMO).await;
@@ -144,7 +136,7 @@ fn a_sqlite_import_that_fills_the_disk_writes_nothing_and_says_what_to_do() {
 #[test]
 #[ignore = "chaos tier, needs root: scripts/test.sh chaos"]
 fn a_sqlite_run_that_fills_the_disk_writes_nothing_and_leaves_the_projects_pending() {
-    pg::block_on(within(async {
+    pg::block_on(within(120, async {
         let (url, _dir) = pg::fresh_sqlite().await;
         {
             let store = connect(&url).await;
@@ -341,7 +333,7 @@ async fn fill_under(admin: &Store, tables: &[&str], kib: u32) -> (SmallVolume, s
 #[test]
 #[ignore = "chaos tier, needs root: scripts/test.sh chaos"]
 fn a_postgres_import_that_fills_the_disk_writes_nothing_and_says_what_to_do() {
-    pg::block_on(within(async {
+    pg::block_on(within(120, async {
         let url = pg::fresh_db().await;
         let admin = connect(&url).await;
         import(&admin, DEMO).await;
@@ -376,7 +368,7 @@ fn a_postgres_import_that_fills_the_disk_writes_nothing_and_says_what_to_do() {
 #[test]
 #[ignore = "chaos tier, needs root: scripts/test.sh chaos"]
 fn a_postgres_run_that_fills_the_disk_writes_nothing_and_leaves_the_projects_pending() {
-    pg::block_on(within(async {
+    pg::block_on(within(120, async {
         let url = pg::fresh_db().await;
         let admin = connect(&url).await;
         import(&admin, &fixtures::many_projects(6, 8, 4, 0)).await;

@@ -11,6 +11,7 @@ use package_executor::canonical;
 use package_executor::exit::Exit;
 use package_executor::rejection::RejectionCode;
 use package_executor::report::Unresolved;
+use package_executor_testkit::db;
 use serde_json::{Value, json};
 
 fn root() -> PathBuf {
@@ -99,16 +100,12 @@ fn printed_keys(o: &Output) -> Vec<String> {
 }
 
 fn exe(db: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_package-executor"))
+    db::exe_blocking(&format!("sqlite://{}", db.display()), "5s")
         .args(args)
-        .env("DATABASE_URL", format!("sqlite://{}", db.display()))
-        .env("PACKAGE_EXECUTOR_LOG_FORMAT", "json")
         .env(
             "PACKAGE_EXECUTOR_SUMMARY_FILE",
             db.with_extension("summary"),
         )
-        .env_remove("KUBERNETES_SERVICE_HOST")
-        .env_remove("JOB_COMPLETION_INDEX")
         .output()
         .unwrap()
 }

@@ -198,15 +198,21 @@ pub async fn partial_snapshots(store: &Store) -> i64 {
     .await
 }
 
-/// The binary, pointed at a database, logging JSON, outside any pod.
+/// The binary, pointed at a database, logging JSON, outside any pod; killed when dropped.
 pub fn exe(url: &str, connect_timeout: &str) -> tokio::process::Command {
-    let mut c = tokio::process::Command::new(crate::executable());
+    let mut c = tokio::process::Command::from(exe_blocking(url, connect_timeout));
+    c.kill_on_drop(true);
+    c
+}
+
+/// [`exe`] for a test that has no async runtime.
+pub fn exe_blocking(url: &str, connect_timeout: &str) -> std::process::Command {
+    let mut c = std::process::Command::new(crate::executable());
     c.env("DATABASE_URL", url)
         .env("PACKAGE_EXECUTOR_LOG_FORMAT", "json")
         .env("PACKAGE_EXECUTOR_CONNECT_TIMEOUT", connect_timeout)
         .env_remove("KUBERNETES_SERVICE_HOST")
-        .env_remove("JOB_COMPLETION_INDEX")
-        .kill_on_drop(true);
+        .env_remove("JOB_COMPLETION_INDEX");
     c
 }
 

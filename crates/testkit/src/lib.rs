@@ -14,6 +14,7 @@
 )]
 
 pub mod actors;
+pub mod certs;
 pub mod chaos;
 pub mod cluster;
 pub mod db;
@@ -26,7 +27,9 @@ pub mod patroni;
 pub mod pg;
 pub mod pty;
 
+use std::future::Future;
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// The `package-executor` binary cargo built beside the running test or bench
 /// (`target/<profile>/package-executor`; the test itself runs from `target/<profile>/deps/`).
@@ -39,4 +42,20 @@ pub fn executable() -> PathBuf {
         deps
     };
     profile.join(format!("package-executor{}", std::env::consts::EXE_SUFFIX))
+}
+
+/// Runs `f`, failing the test if it has not finished after `secs` seconds: every test that waits
+/// on a process, a server or another task bounds the wait with this.
+pub async fn within<F: Future<Output = ()>>(secs: u64, f: F) {
+    tokio::time::timeout(Duration::from_secs(secs), f)
+        .await
+        .unwrap_or_else(|_| panic!("the test did not finish within {secs} s"));
+}
+
+/// A TCP port on loopback that nothing listens on right now (the kernel's choice).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port on loopback")
 }

@@ -148,13 +148,6 @@ pub struct Patroni {
     pub proxy_port: u16,
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap()
-}
-
 impl Patroni {
     /// Builds the network, starts etcd, two members and HAProxy, and waits until there is a
     /// leader with a synchronous standby.
@@ -175,7 +168,7 @@ impl Patroni {
             base: base.clone(),
             etcd: None,
             haproxy: None,
-            proxy_port: free_port(),
+            proxy_port: crate::free_port(),
         };
         // .1: this namespace (executors, consumers, HAProxy's checks); .2: etcd, so that a
         // member can be cut off from etcd and not from the executors.
@@ -249,7 +242,7 @@ impl Patroni {
     }
 
     fn start_etcd(&mut self) {
-        let peer = format!("http://127.0.0.1:{}", free_port());
+        let peer = format!("http://127.0.0.1:{}", crate::free_port());
         let client = format!("http://{}:2379", self.etcd_ip);
         let (out, err) = log_file(&self.base.join("etcd.log"));
         let child = Command::new("etcd")

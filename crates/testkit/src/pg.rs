@@ -5,7 +5,6 @@
 //! watchdog process stops the server and removes its files when the test process exits, even
 //! after a panic or a kill.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -107,13 +106,6 @@ pub fn is_root() -> bool {
         .unwrap_or(false)
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
-
 impl PgCluster {
     /// Runs a server binary, as the `postgres` OS user when the tests run as root.
     pub fn run(&self, bin: &str, args: &[&str]) -> std::process::Output {
@@ -155,7 +147,7 @@ impl PgCluster {
                 dir.display()
             );
         }
-        let port = free_port();
+        let port = crate::free_port();
         let cluster = Self {
             port,
             dir,
@@ -341,8 +333,11 @@ where
 /// The shared cluster of this test binary, with a migrated template database.
 pub fn cluster() -> &'static PgCluster {
     CLUSTER.get_or_init(|| {
-        let dir =
-            std::env::temp_dir().join(format!("pe-pg-{}-{}", std::process::id(), free_port()));
+        let dir = std::env::temp_dir().join(format!(
+            "pe-pg-{}-{}",
+            std::process::id(),
+            crate::free_port()
+        ));
         // Extra postgresql.conf lines for profiling (benches), e.g. pg_stat_statements.
         let extra = std::env::var("PE_PG_CONF")
             .unwrap_or_default()

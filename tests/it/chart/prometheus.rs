@@ -18,14 +18,6 @@ use std::time::{Duration, Instant};
 use package_executor::planner;
 use serde_json::Value;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// A plain HTTP GET on loopback; the body, when the server answers at all.
 fn get(port: u16, path: &str) -> Option<String> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
@@ -135,7 +127,10 @@ async fn run(url: &str, gateway: u16, instance: &str, extra: &[&str]) -> i32 {
 async fn alerts_fire_and_clear_per_writer_with_the_real_stack() {
     let dir = tempfile::tempdir().unwrap();
     rules(dir.path());
-    let (gateway, prometheus) = (free_port(), free_port());
+    let (gateway, prometheus) = (
+        package_executor_testkit::free_port(),
+        package_executor_testkit::free_port(),
+    );
     std::fs::write(
         dir.path().join("prometheus.yml"),
         format!(

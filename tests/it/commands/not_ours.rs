@@ -10,15 +10,11 @@ use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use package_executor_testkit::executable;
+use package_executor_testkit::{db, executable};
 
 fn exe(db: &Path, args: &[&str]) -> Output {
-    Command::new(executable())
+    db::exe_blocking(&format!("sqlite://{}", db.display()), "5s")
         .args(args)
-        .env("DATABASE_URL", format!("sqlite://{}", db.display()))
-        .env("PACKAGE_EXECUTOR_LOG_FORMAT", "json")
-        .env_remove("JOB_COMPLETION_INDEX")
-        .env_remove("KUBERNETES_SERVICE_HOST")
         .output()
         .unwrap()
 }

@@ -4,9 +4,9 @@
 use package_executor_testkit::db;
 use package_executor_testkit::fixtures;
 use package_executor_testkit::pg;
+use package_executor_testkit::within;
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -18,12 +18,6 @@ use package_executor::report::Outcome;
 use package_executor::store::{Attempt, Store};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
-
-async fn within<F: Future<Output = ()>>(secs: u64, f: F) {
-    tokio::time::timeout(Duration::from_secs(secs), f)
-        .await
-        .expect("test timed out");
-}
 
 fn exe(url: &str) -> Command {
     db::exe(url, "5s")

@@ -4,9 +4,7 @@
 
 use package_executor_testkit::db;
 use package_executor_testkit::pg;
-
-use std::future::Future;
-use std::time::Duration;
+use package_executor_testkit::within;
 
 use db::*;
 use package_executor::exit::Exit;
@@ -14,12 +12,6 @@ use package_executor::planner::{self, ActiveHead};
 use package_executor::report::Outcome;
 use package_executor::sources;
 use package_executor::store::{Dialect, InsertOutcome, Replay, Scope, Store};
-
-async fn within<F: Future<Output = ()>>(f: F) {
-    tokio::time::timeout(Duration::from_secs(180), f)
-        .await
-        .expect("test timed out");
-}
 
 /// The live heads of a project, read in a transaction of their own.
 async fn live_heads(store: &Store, project: &str) -> Vec<ActiveHead> {
@@ -67,7 +59,7 @@ macro_rules! contract {
                 let url = super::pg::fresh_db().await;
                 let admin = super::connect(&url).await;
                 let stores = super::Stores { exec: admin.clone(), admin, exec_url: url };
-                super::within(super::$name(stores)).await;
+                super::within(180, super::$name(stores)).await;
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn postgres_executor_login() {
@@ -75,14 +67,14 @@ macro_rules! contract {
                 let admin = super::connect(&url).await;
                 let exec_url = super::pg::as_login(&url, "login_executor");
                 let exec = super::connect(&exec_url).await;
-                super::within(super::$name(super::Stores { admin, exec, exec_url })).await;
+                super::within(180, super::$name(super::Stores { admin, exec, exec_url })).await;
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn sqlite() {
                 let (url, _dir) = super::pg::fresh_sqlite().await;
                 let admin = super::connect(&url).await;
                 let stores = super::Stores { exec: admin.clone(), admin, exec_url: url };
-                super::within(super::$name(stores)).await;
+                super::within(180, super::$name(stores)).await;
             }
         }
     )*};
@@ -1139,7 +1131,7 @@ async fn snapshots_of(store: &Store) -> Vec<(String, String, String, String, Vec
 /// The same fixture gives byte-identical snapshots, with the same three digests, in both dialects.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn same_fixture_same_bytes_in_both_dialects() {
-    within(async {
+    within(180, async {
         let pg = connect(&pg::fresh_db().await).await;
         let (url, _dir) = pg::fresh_sqlite().await;
         let lite = connect(&url).await;
@@ -1184,7 +1176,7 @@ async fn unmigrated(name: &str) -> (Store, Store, tempfile::TempDir) {
 /// Each migration applies in order on an empty database, in both dialects.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn migrations_apply_one_by_one() {
-    within(async {
+    within(180, async {
         let (pg, lite, _dir) = unmigrated("migrate_steps").await;
         for store in [&pg, &lite] {
             assert!(
@@ -1436,7 +1428,7 @@ async fn large_revisions_build_like_small_ones(s: Stores) {
 /// the change gave it a new version, and the next run deals with the change.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_change_during_a_build_stays_marked_for_the_next_run() {
-    within(async {
+    within(180, async {
         let store = connect(&pg::fresh_db().await).await;
         import(&store, DEMO).await;
         assert_eq!(run_all(&store, false).await.exit_code, Exit::Ok);
@@ -1975,7 +1967,7 @@ async fn stored_digests(store: &Store) -> Vec<(String, String, String, String, V
 /// demo-1 too, once its vector comes back), and a run afterwards publishes nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn snapshots_from_before_the_key_stay_current() {
-    within(async {
+    within(180, async {
         let (pg, lite, _dir) = unmigrated("before_the_key").await;
         for (store, before) in [(&pg, 11), (&lite, 5)] {
             store.migrate(false, Some(before)).await.unwrap();

@@ -19,8 +19,8 @@ use std::time::Duration;
 
 use db::*;
 use package_executor::store::{ConnectOptions, Store};
+use package_executor_testkit::certs::{ca, leaf};
 use pg::PgCluster;
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 use sqlx::Row;
 
 /// The executor's certificate-only login (its common name is the user name).
@@ -41,29 +41,6 @@ fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     let path = dir.join(name);
     std::fs::write(&path, text).unwrap();
     path
-}
-
-fn ca(name: &str) -> CertifiedIssuer<'static, KeyPair> {
-    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.distinguished_name.push(DnType::CommonName, name);
-    CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap()
-}
-
-/// A leaf certificate and its key, signed by `issuer`.
-fn leaf(
-    issuer: &CertifiedIssuer<'static, KeyPair>,
-    common_name: &str,
-    names: &[&str],
-) -> (String, String) {
-    let mut params =
-        CertificateParams::new(names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>()).unwrap();
-    params
-        .distinguished_name
-        .push(DnType::CommonName, common_name);
-    let key = KeyPair::generate().unwrap();
-    let cert = params.signed_by(&key, issuer).unwrap();
-    (cert.pem(), key.serialize_pem())
 }
 
 fn server() -> &'static TlsServer {
