@@ -12,7 +12,7 @@ use crate::store::{Current, ProjectFacts};
 use super::connect_migrated;
 
 /// `current PROJECT [--json] [--known-digest D]`.
-pub async fn current(
+pub(super) async fn current(
     cli: &Cli,
     project: &str,
     json: bool,
@@ -108,7 +108,7 @@ pub async fn current(
 }
 
 /// `explain PROJECT`.
-pub async fn explain(cli: &Cli, project: &str) -> anyhow::Result<Exit> {
+pub(super) async fn explain(cli: &Cli, project: &str) -> anyhow::Result<Exit> {
     let store = connect_migrated(cli, 1).await?;
     let Some(facts) = store.explain(project).await? else {
         outln!("project {project} does not exist; import it or check the id");
@@ -220,7 +220,7 @@ struct VerifyReport {
 }
 
 /// `verify [--project P] [--json]`.
-pub async fn verify(cli: &Cli, project: Option<&str>, json: bool) -> anyhow::Result<Exit> {
+pub(super) async fn verify(cli: &Cli, project: Option<&str>, json: bool) -> anyhow::Result<Exit> {
     let store = connect_migrated(cli, 1).await?;
     let (mut checked, mut bad) = (0u64, 0u64);
     let mut found = Vec::new();

@@ -167,7 +167,7 @@ fn run_pool_size(cli: &Cli, concurrency: usize) -> u32 {
 }
 
 /// `run`.
-pub async fn run(cli: &Cli, args: &RunArgs) -> anyhow::Result<Exit> {
+pub(super) async fn run(cli: &Cli, args: &RunArgs) -> anyhow::Result<Exit> {
     let (index, count) = match resolve_shard(args.shard_index, args.shard_count) {
         Ok(shard) => shard,
         // A usage error (exit 2), as clap's own are: the Job's settings must change.
@@ -272,7 +272,7 @@ pub async fn run(cli: &Cli, args: &RunArgs) -> anyhow::Result<Exit> {
 }
 
 /// `publish PROJECT`.
-pub async fn publish(
+pub(super) async fn publish(
     cli: &Cli,
     project: &str,
     json: bool,
@@ -322,10 +322,10 @@ pub async fn publish(
 }
 
 /// The example fixture bundled into the binary.
-pub const DEMO_FIXTURE: &[u8] = include_bytes!("../../examples/demo-fixture.json");
+pub(super) const DEMO_FIXTURE: &[u8] = include_bytes!("../../examples/demo-fixture.json");
 
 /// `demo`.
-pub async fn demo(cli: &Cli) -> anyhow::Result<Exit> {
+pub(super) async fn demo(cli: &Cli) -> anyhow::Result<Exit> {
     let settings = RunSettings::default();
     let store = connect(cli, run_pool_size(cli, settings.concurrency)).await?;
     let migrated = store.migrate(false, None).await?;

@@ -13,7 +13,7 @@ use crate::identity::ToolIdentity;
 use crate::model::Digest;
 
 /// `canonicalize [FILE] [--digest]`.
-pub fn canonicalize(file: Option<&Path>, digest: bool) -> anyhow::Result<Exit> {
+pub(super) fn canonicalize(file: Option<&Path>, digest: bool) -> anyhow::Result<Exit> {
     let input = match file {
         Some(path) => match std::fs::read(path) {
             Ok(b) => b,
@@ -53,7 +53,7 @@ pub fn canonicalize(file: Option<&Path>, digest: bool) -> anyhow::Result<Exit> {
 }
 
 /// `identity encode|decode`.
-pub fn identity(cmd: &IdentityCommand) -> anyhow::Result<Exit> {
+pub(super) fn identity(cmd: &IdentityCommand) -> anyhow::Result<Exit> {
     match cmd {
         IdentityCommand::Encode {
             source,

@@ -10,7 +10,7 @@ use crate::k8s::job;
 use crate::k8s::trigger::{TriggerOptions, Triggered, trigger as run_trigger};
 
 /// The Job `trigger` would create from a template file.
-pub fn job_for(args: &TriggerArgs, namespace: Option<&str>) -> anyhow::Result<Job> {
+pub(super) fn job_for(args: &TriggerArgs, namespace: Option<&str>) -> anyhow::Result<Job> {
     let path = args
         .job_template
         .as_ref()
@@ -23,7 +23,7 @@ pub fn job_for(args: &TriggerArgs, namespace: Option<&str>) -> anyhow::Result<Jo
 }
 
 /// `trigger`.
-pub async fn trigger(args: &TriggerArgs) -> anyhow::Result<Exit> {
+pub(super) async fn trigger(args: &TriggerArgs) -> anyhow::Result<Exit> {
     if args.dry_run {
         let job = job_for(args, args.namespace.as_deref())?;
         // k8s-openapi writes apiVersion and kind itself.

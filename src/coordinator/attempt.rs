@@ -260,7 +260,7 @@ pub const LARGEST_READ_BYTES: u64 =
 /// state ([`revision::HELD_BYTES`] at most, and never more than a fixed multiple of the text,
 /// since nothing is built that the text does not spell out: a value tree of at most 32 bytes
 /// per byte of text, the text of one string, and canonical bodies).
-pub fn parse_held(need: u64) -> u64 {
+pub(super) fn parse_held(need: u64) -> u64 {
     revision::HELD_BYTES.min(40 * need + (64 << 10))
 }
 

@@ -15,15 +15,15 @@ use crate::report::{Outcome, Unresolved};
 use crate::store::{Session, Store};
 
 /// The projects of a pass, shared by every worker of every lane.
-pub type Queue = Arc<Mutex<mpsc::Receiver<String>>>;
+pub(super) type Queue = Arc<Mutex<mpsc::Receiver<String>>>;
 
 /// Where workers report each project's final outcome for the pass.
-pub type Outcomes = mpsc::UnboundedSender<(String, Outcome)>;
+pub(super) type Outcomes = mpsc::UnboundedSender<(String, Outcome)>;
 
 /// A worker's context. Clones share the budget, the stop signal and the flag; the store is
 /// replaced by a lane's own (see [`Crew::with_store`]).
 #[derive(Clone, Debug)]
-pub struct Crew {
+pub(super) struct Crew {
     pub(super) store: Store,
     pub(super) settings: RunSettings,
     budget: MemoryBudget,
@@ -33,7 +33,7 @@ pub struct Crew {
 
 impl Crew {
     /// A crew over a store; the memory budget comes from the settings.
-    pub fn new(store: Store, settings: RunSettings, stop: Stop) -> Self {
+    pub(super) fn new(store: Store, settings: RunSettings, stop: Stop) -> Self {
         let budget = MemoryBudget::new(settings.memory_budget);
         Self {
             store,
@@ -45,7 +45,7 @@ impl Crew {
     }
 
     /// The same crew working through another store (a lane's own pool).
-    pub fn with_store(&self, store: Store) -> Self {
+    pub(super) fn with_store(&self, store: Store) -> Self {
         Self {
             store,
             ..self.clone()
@@ -63,7 +63,7 @@ impl Crew {
 
     /// Builds one project with bounded attempts on a worker's session; `None` when stopped
     /// before starting, and pending when the run is abandoned before it is decided.
-    pub async fn process(&self, session: &mut Session, project_id: &str) -> Option<Outcome> {
+    pub(super) async fn process(&self, session: &mut Session, project_id: &str) -> Option<Outcome> {
         if self.stop.is_set() {
             return None;
         }
@@ -111,7 +111,7 @@ impl Crew {
     /// the executor's role can), or the project is current. Otherwise nothing shows that an
     /// executor is building it, and it is `claim-unverified`: unresolved, never success. Other
     /// outcomes pass through.
-    pub async fn settle(&self, session: &mut Session, project_id: &str, o: Outcome) -> Outcome {
+    pub(super) async fn settle(&self, session: &mut Session, project_id: &str, o: Outcome) -> Outcome {
         let Outcome::Unresolved {
             reason: Unresolved::ClaimedElsewhere,
             ..
@@ -174,14 +174,14 @@ impl Crew {
     }
 
     /// Whether any worker found the database down.
-    pub fn database_down(&self) -> bool {
+    pub(super) fn database_down(&self) -> bool {
         self.database_down.load(Ordering::SeqCst)
     }
 
     /// One worker: takes projects from the queue until it closes, on a session of its own, and
     /// reports each outcome. While the queue is empty the worker holds no connection, so that
     /// the page readers, which share the first lane's pool, can read in parallel.
-    pub async fn work(&self, queue: &Queue, outcomes: &Outcomes) {
+    pub(super) async fn work(&self, queue: &Queue, outcomes: &Outcomes) {
         let mut session = self.store.session();
         loop {
             let next = {

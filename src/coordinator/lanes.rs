@@ -21,7 +21,7 @@ use crate::store::Dialect;
 /// How `workers` workers are spread over lanes, first lane first: one lane per core this
 /// process may use (which honours a container's CPU limit), never more than the workers, and
 /// one on SQLite, where every worker shares the one connection anyway.
-pub fn plan(dialect: Dialect, workers: usize) -> Vec<usize> {
+pub(super) fn plan(dialect: Dialect, workers: usize) -> Vec<usize> {
     let lanes = match dialect {
         Dialect::Sqlite => 1,
         Dialect::Postgres => {
@@ -53,7 +53,7 @@ fn shares(workers: usize, lanes: usize) -> Vec<usize> {
 /// done. The first lane runs here, on the caller's runtime and store; a lane whose thread
 /// cannot be started is folded into it, so the pass still gets every worker (they then queue
 /// for the first lane's connections).
-pub async fn run(crew: &Crew, shares: &[usize], queue: &Queue, outcomes: &Outcomes) {
+pub(super) async fn run(crew: &Crew, shares: &[usize], queue: &Queue, outcomes: &Outcomes) {
     let mut here = shares.first().copied().unwrap_or(1);
     let mut elsewhere = Vec::new();
     for (i, &n) in shares.iter().enumerate().skip(1) {

@@ -25,7 +25,7 @@ pub struct Stop {
 
 /// How long after a run was abandoned the signal thread waits for the process to end by
 /// itself (the summary printed, the metrics pushed) before it ends it.
-pub const FORCED_EXIT_MARGIN: Duration = Duration::from_secs(5);
+pub(super) const FORCED_EXIT_MARGIN: Duration = Duration::from_secs(5);
 
 impl Stop {
     /// Sets the flag and wakes every waiter: no new work.

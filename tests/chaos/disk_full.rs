@@ -10,7 +10,6 @@
 //! PostgreSQL: the tables a test writes (the snapshot tables for the run, the revisions for the
 //! import) move to a tablespace on a small tmpfs, which a file then fills, so the server fails
 //! to extend them with `53100` (needs root to mount, like the storm).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use package_executor_testkit::db;
 use package_executor_testkit::fixtures;

@@ -17,7 +17,6 @@
 //!
 //! Needs root, Debian's `patroni`, `etcd-server`, `haproxy` and `nftables` (the test command
 //! installs them); it fails, never skips, without them.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use package_executor_testkit::chaos;
 use package_executor_testkit::db;

@@ -12,7 +12,6 @@
 //! names the seed; `PE_STORM_SEED=N` replays a schedule, `PE_STORM_SECONDS` sets its length.
 //!
 //! Needs root (network namespaces), as CI runs; it fails, never skips, without it.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use package_executor_testkit::chaos;
 use package_executor_testkit::db;

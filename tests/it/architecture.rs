@@ -2,7 +2,6 @@
 //! the codemap, every path the page names exists, each "Uses …" sentence lists exactly the
 //! modules its files refer to (read from their `use` paths), the core's modules are listed so
 //! that each uses only those above it, and the crates' dependency graph keeps the layers.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -2,7 +2,6 @@
 //! of `docs/contract.md`, its JSON shapes (against what the binary prints), its worked example
 //! (recomputed, and rebuilt from its fixture), and a repository that stands alone (nothing refers
 //! to a sibling checkout). `ARCHITECTURE.md` has a module of its own (`architecture.rs`).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

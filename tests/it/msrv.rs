@@ -2,7 +2,6 @@
 //! locked dependency declares (cargo refuses to build a dependency that needs a newer
 //! compiler), and the Dockerfile's default Rust image is at least that new. Before, the crate
 //! said 1.89 and the image was `rust:1.89` while sqlx 0.9 needs 1.94: no image could build.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::Command;
 

@@ -17,7 +17,7 @@ use super::StoreError;
 
 /// The hosts of a PostgreSQL URL and the pool currently in use.
 #[derive(Clone, Debug)]
-pub struct PgTarget {
+pub(crate) struct PgTarget {
     current: Arc<RwLock<PgPool>>,
     hosts: Arc<Vec<PgConnectOptions>>,
     attrs: Option<SessionAttrs>,
@@ -171,7 +171,7 @@ async fn serves(conn: &mut PgConnection, attrs: Option<SessionAttrs>) -> Result<
 
 impl PgTarget {
     /// Parses the URL and connects to the first usable host.
-    pub async fn connect(
+    pub(crate) async fn connect(
         url: &str,
         configure: impl Fn(PgConnectOptions) -> PgConnectOptions,
         max_connections: u32,
@@ -224,7 +224,7 @@ impl PgTarget {
     }
 
     /// The pool in use now.
-    pub fn pool(&self) -> PgPool {
+    pub(crate) fn pool(&self) -> PgPool {
         self.current
             .read()
             .unwrap_or_else(|p| p.into_inner())
@@ -233,7 +233,7 @@ impl PgTarget {
 
     /// A connection of its own for a worker; with several hosts, a failed connect first looks
     /// for the (new) primary.
-    pub async fn acquire(&self) -> Result<PoolConnection<Postgres>, StoreError> {
+    pub(crate) async fn acquire(&self) -> Result<PoolConnection<Postgres>, StoreError> {
         match self.pool().acquire().await {
             Ok(c) => Ok(c),
             Err(e) if self.is_multi_host() => {
@@ -249,7 +249,7 @@ impl PgTarget {
     /// the host in use now; for a lane of workers on another thread (see
     /// `coordinator::lanes`). Must be called on the runtime that will use it: a pool's
     /// maintenance tasks and its connections' sockets belong to the runtime that made them.
-    pub fn lane(&self, max_connections: u32) -> Self {
+    pub(crate) fn lane(&self, max_connections: u32) -> Self {
         let opts = (*self.pool().connect_options()).clone();
         Self {
             current: Arc::new(RwLock::new(lazy_pool(
@@ -267,12 +267,12 @@ impl PgTarget {
     }
 
     /// The pool's size.
-    pub fn max_connections(&self) -> u32 {
+    pub(crate) fn max_connections(&self) -> u32 {
         self.max_connections
     }
 
     /// Whether the URL named several hosts.
-    pub fn is_multi_host(&self) -> bool {
+    pub(crate) fn is_multi_host(&self) -> bool {
         self.hosts.len() > 1
     }
 
@@ -281,7 +281,7 @@ impl PgTarget {
     /// usable one to answer is taken. With `read-write` there is one primary, except while a
     /// Patroni leader cut off from its store has not yet demoted itself; in synchronous mode
     /// that one acknowledges no commit, so work sent there is retried, never lost.
-    pub async fn follow_primary(&self) -> Result<(), StoreError> {
+    pub(crate) async fn follow_primary(&self) -> Result<(), StoreError> {
         let started = Instant::now();
         let mut last = Vec::with_capacity(self.hosts.len());
         loop {

@@ -27,7 +27,7 @@ const USER_PART: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMER
 const SHORTEST: usize = 4;
 
 /// Remembers every password `url` and the environment give this process.
-pub fn remember(url: &str) {
+pub(crate) fn remember(url: &str) {
     let mut found = Vec::new();
     from_url(url, &mut found);
     if let Some(p) = std::env::var_os("PGPASSWORD") {

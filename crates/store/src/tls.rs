@@ -15,7 +15,7 @@ use super::StoreError;
 
 /// Applies libpq's rules to options that sqlx parsed from `url`, reading the `PGSSL*`
 /// variables through `env`.
-pub fn apply_libpq_rules(
+pub(crate) fn apply_libpq_rules(
     opts: PgConnectOptions,
     url: &str,
     env: impl Fn(&str) -> Option<String>,
@@ -118,7 +118,7 @@ fn query_param(url: &str, name: &str) -> Option<String> {
 
 /// What to do about a connection failure whose text shows a TLS problem, or `None` when it
 /// is not one. Matched on text because sqlx carries rustls's error only as a boxed message.
-pub fn hint(message: &str) -> Option<&'static str> {
+pub(crate) fn hint(message: &str) -> Option<&'static str> {
     let m = message;
     if m.contains("UnsupportedCertVersion") {
         Some(
@@ -171,7 +171,7 @@ pub fn hint(message: &str) -> Option<&'static str> {
 /// refused, or TLS that one side requires and the other refuses. The run then exits 1 at once
 /// instead of 8 (which Kubernetes retries until the backoff limit). Anything else that
 /// mentions TLS (a reset mid-handshake, say) stays retryable.
-pub fn is_configuration(message: &str) -> bool {
+pub(crate) fn is_configuration(message: &str) -> bool {
     [
         "UnsupportedCertVersion",
         "UnknownIssuer",

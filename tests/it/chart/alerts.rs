@@ -3,7 +3,6 @@
 //! convention) with `tests/prometheus/alerts.test.yml`, where every alert fires on the series
 //! that should fire it and stays silent on a near miss. Needs Debian's `prometheus` package for
 //! `promtool` (`scripts/test.sh` installs it) and helm; it fails when either is missing.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use package_executor_testkit::helm;
 

@@ -1,7 +1,6 @@
 //! The Helm chart, the kind manifests and `trigger --dry-run`: `helm lint --strict`, strict
 //! validation against the real Kubernetes schemas (kubernetes-validate, Kubernetes 1.33, the
 //! oldest minor k8s-openapi 0.29 supports), and parsing into k8s-openapi types.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use package_executor_testkit::helm::{self, docs, root, tool};
 use package_executor_testkit::k8s_rules;

@@ -4,7 +4,6 @@
 //! sweep push side by side: the alert that should fire fires for its writer alone, and clears
 //! when that writer's next run succeeds. The alerts' states before and after each run are
 //! printed. Needs `prometheus` and `prometheus-pushgateway` (scripts/test.sh installs them).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use package_executor_testkit::db;
 use package_executor_testkit::helm;

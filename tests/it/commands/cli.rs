@@ -1,5 +1,4 @@
 //! The command line as a person uses it: outputs, JSON shapes and exit codes.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::Write;
 use std::process::{Command, Output, Stdio};

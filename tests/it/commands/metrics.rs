@@ -3,7 +3,6 @@
 //! of the same run, for runs that exit 0, 6 and 3; a Pushgateway that is down or silent
 //! leaves the exit code unchanged and the run bounded; the textfile is written atomically.
 //! The text is parsed with `prometheus-parse`, a strict parser of the text format.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use package_executor_testkit::db;
 use package_executor_testkit::fixtures;

@@ -1,7 +1,6 @@
 //! A build older than the schema stops at once: every database command, run against a schema
 //! that a newer release migrated, exits 8 before writing anything, with one sentence that names
 //! both versions and says what to do. On both dialects (PostgreSQL in the `pg` tier).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::{Command, Stdio};
 

@@ -4,7 +4,6 @@
 //! unavailable" (8) or "unresolved" (3), which a Job retries; a shard setting that cannot hold
 //! is a usage error, exit 2. And no command changes a file it has not recognised as ours: no
 //! switch to WAL mode, no `-wal` or `-shm` beside it.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;

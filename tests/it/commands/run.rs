@@ -1,5 +1,4 @@
 //! The executor's run end to end: replicas, drift, SIGKILL, every rejection code, an outage.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use package_executor_testkit::db;
 use package_executor_testkit::fixtures;

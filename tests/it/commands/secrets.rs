@@ -7,7 +7,6 @@
 //! good run) and whatever log filter is set (`PACKAGE_EXECUTOR_LOG`, down to `debug`). The
 //! Pushgateway URL's user part is sent as basic authentication and printed nowhere, `--help`
 //! included.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use package_executor_testkit::db;
 use package_executor_testkit::pg;

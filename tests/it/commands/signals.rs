@@ -10,7 +10,6 @@
 //! not hang an attempt: its read transaction cannot become a write one, so SQLite answers
 //! SQLITE_BUSY at once, without waiting in the busy timeout, and the attempt is retried after
 //! a backoff. There the signal meets attempts between retries, and the run ends at once.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::BufRead as _;
 use std::process::{Child, Command, Stdio};

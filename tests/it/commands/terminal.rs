@@ -4,7 +4,6 @@
 //!
 //! The commands once hung here, and only here: a log line written while the progress bar was
 //! cleared for another waited for the bar's lock for ever (src/commands/terminal.rs).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
 use std::process::Command;

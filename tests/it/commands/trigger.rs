@@ -1,6 +1,5 @@
 //! `trigger` against kube's mock service (tower_test): the request paths, methods and bodies,
 //! and the exit codes.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use package_executor_testkit::helm;
 

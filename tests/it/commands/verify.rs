@@ -1,6 +1,5 @@
 //! `verify`'s re-proof of a stored snapshot (`verify::problems`), one altered part at a time:
 //! a snapshot the planner built has no problem, and each kind of damage is named alone.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use package_executor_testkit::inputs;
 

@@ -2,7 +2,6 @@
 //! bodies the fuzzers run (`crates/testkit/src/fuzz_targets.rs`), on the stable toolchain: an input a fuzzer once
 //! found keeps failing `cargo test` if its defect comes back. (The revision target's allocation
 //! bound needs a counting global allocator and is checked by the fuzzer only.)
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use package_executor_testkit::fuzz_targets as targets;
 

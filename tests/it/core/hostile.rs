@@ -12,7 +12,6 @@
 //! the figures in the notes): its allocations are the release build's (the same code and data
 //! structures), but its code takes more memory at rest, so the 64 MiB bar is checked on the
 //! peak above the binary's own idle peak.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use package_executor_testkit::db;
 use package_executor_testkit::pg;

@@ -1,5 +1,4 @@
 //! The planner's rejection codes, limits on both sides, precedence and golden digests.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use package_executor_testkit::inputs;
 

@@ -1,5 +1,4 @@
 //! Property tests for the canonical forms: JCS, identity encoding and the planner.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use package_executor_testkit::inputs;
 

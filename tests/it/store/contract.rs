@@ -1,6 +1,5 @@
 //! The storage contract: the same test bodies on a real PostgreSQL server and on real SQLite
 //! files.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use package_executor_testkit::db;
 use package_executor_testkit::pg;

@@ -1,7 +1,6 @@
 //! Physical high availability: a primary with a synchronous standby (`remote_apply`), started
 //! from the system's binaries; snapshots survive a failover byte for byte, and the executor
 //! follows the new primary through a multi-host URL.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use package_executor_testkit::db;
 use package_executor_testkit::fixtures;

@@ -1,7 +1,6 @@
 //! The executor's plans do not depend on luck: after a database-wide `VACUUM ANALYZE` taken
 //! while the snapshot tables were empty, the generic plans its sessions make still look rows
 //! up by key and never scan the snapshot tables or the pending index.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use package_executor_testkit::db;
 use package_executor_testkit::pg;

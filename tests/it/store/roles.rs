@@ -1,6 +1,5 @@
 //! PostgreSQL least privilege (docs/contract.md, section 8), on a real server, through real LOGIN members of
 //! each group role.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use package_executor_testkit::db;
 use package_executor_testkit::pg;

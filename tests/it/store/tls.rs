@@ -6,7 +6,6 @@
 //! The handshake tests need a server built with OpenSSL (Debian's are); the PyPI build of
 //! PostgreSQL 18 used beside it has no TLS, so `scripts/test.sh` runs only
 //! `a_server_without_tls_*` there, which checks what `sslmode` does against such a server.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use package_executor_testkit::db;
 use package_executor_testkit::pg;

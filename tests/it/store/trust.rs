@@ -3,7 +3,6 @@
 //! take or block, approvals that cannot change under a snapshot, snapshots the database checks
 //! on insert, and no table lock the executor can hold over the control plane. Each of the four
 //! reproductions passed on the schema before migration 11; here each must fail.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use package_executor_testkit::db;
 use package_executor_testkit::pg;
