@@ -151,7 +151,7 @@ pub(super) async fn explain(cli: &Cli, project: &str) -> anyhow::Result<Exit> {
             o.head.package_name,
             o.head.installation_id,
             o.head.generation,
-            o.status.as_deref().unwrap_or("generation row missing")
+            o.status.map_or("generation row missing", |s| s.as_str())
         );
     }
     match &current {

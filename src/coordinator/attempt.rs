@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::limits::MAX_REVISION_BYTES;
+use crate::model::GenerationStatus;
 use crate::planner::{ActiveHead, Snapshot, SnapshotBuilder, StoredLength};
 use crate::rejection::Rejection;
 use crate::report::{Outcome, Unresolved};
@@ -71,14 +72,14 @@ pub fn drift(first: &[ObservedHead], second: &[ObservedHead]) -> Option<(Unresol
 fn not_active(observed: &[ObservedHead]) -> Option<String> {
     observed
         .iter()
-        .find(|o| o.status.as_deref() != Some("active"))
+        .find(|o| o.status != Some(GenerationStatus::Active))
         .map(|o| {
             format!(
                 "package {}: the head points at generation {}, which is {}; waiting for the \
              activation to settle",
                 o.head.package_name,
                 o.head.generation,
-                o.status.as_deref().unwrap_or("missing")
+                o.status.map_or("missing", GenerationStatus::as_str)
             )
         })
 }

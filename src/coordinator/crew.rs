@@ -111,7 +111,12 @@ impl Crew {
     /// the executor's role can), or the project is current. Otherwise nothing shows that an
     /// executor is building it, and it is `claim-unverified`: unresolved, never success. Other
     /// outcomes pass through.
-    pub(super) async fn settle(&self, session: &mut Session, project_id: &str, o: Outcome) -> Outcome {
+    pub(super) async fn settle(
+        &self,
+        session: &mut Session,
+        project_id: &str,
+        o: Outcome,
+    ) -> Outcome {
         let Outcome::Unresolved {
             reason: Unresolved::ClaimedElsewhere,
             ..

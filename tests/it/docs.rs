@@ -8,6 +8,7 @@ use std::process::{Command, Output};
 
 use package_executor::canonical;
 use package_executor::exit::Exit;
+use package_executor::model::GenerationStatus;
 use package_executor::rejection::RejectionCode;
 use package_executor::report::Unresolved;
 use package_executor_testkit::db;
@@ -330,4 +331,28 @@ fn nothing_refers_to_a_sibling_checkout() {
         offenders.is_empty(),
         "these refer to {needle}: {offenders:?}"
     );
+}
+
+/// The generation statuses the code knows are the ones the contract lists and both dialects'
+/// `CHECK` admits, in the same order.
+#[test]
+fn generation_statuses_match_the_contract_and_the_schemas() {
+    let words: Vec<String> = GenerationStatus::ALL
+        .iter()
+        .map(|s| format!("'{s}'"))
+        .collect();
+    let contract: String = contract().split_whitespace().collect();
+    assert!(
+        contract.contains(&format!("CHECK(statusIN({}))", words.join(","))),
+        "docs/contract.md's package_generations CHECK differs from {words:?}"
+    );
+    for dialect in ["postgres", "sqlite"] {
+        let schema = read(&format!(
+            "crates/store/migrations/{dialect}/0001_source_tables.sql"
+        ));
+        assert!(
+            schema.contains(&format!("CHECK (status IN ({}))", words.join(", "))),
+            "{dialect}'s schema differs from {words:?}"
+        );
+    }
 }

@@ -8,7 +8,7 @@ use std::collections::hash_map::Entry;
 
 use crate::canonical;
 use crate::fixture::{FixtureError, FixtureProject, generation_digest, input};
-use crate::model::Digest;
+use crate::model::{Digest, GenerationStatus};
 
 /// One project's rows, with digests computed and the fixture's own rules checked.
 #[derive(Debug)]
@@ -61,7 +61,7 @@ pub struct GenerationRow {
     /// `generation`.
     pub generation: i64,
     /// `status`.
-    pub status: String,
+    pub status: GenerationStatus,
     /// `generation_digest`.
     pub generation_digest: String,
     /// `lock_digest`.
@@ -150,7 +150,15 @@ pub fn rows_of(p: FixtureProject) -> Result<ProjectRows, FixtureError> {
                 .as_str()
                 .to_owned()
             });
-            if g.status == "active" {
+            let Some(status) = GenerationStatus::parse(&g.status) else {
+                let known: Vec<&str> = GenerationStatus::ALL.iter().map(|s| s.as_str()).collect();
+                return Err(input(format!(
+                    "{at}: status {:?} is not a generation status; use one of {}",
+                    g.status,
+                    known.join(", ")
+                )));
+            };
+            if status == GenerationStatus::Active {
                 if active.is_some() {
                     return Err(input(format!(
                         "{at}: more than one generation is active; at most one may be"
@@ -162,7 +170,7 @@ pub fn rows_of(p: FixtureProject) -> Result<ProjectRows, FixtureError> {
                 at,
                 installation_id: pkg.installation_id.clone(),
                 generation: g.generation,
-                status: g.status,
+                status,
                 generation_digest,
                 lock_digest,
                 revision_digest,
@@ -307,6 +315,13 @@ mod tests {
         let both = r#"{"schema":"package-executor/fixture@v1","projects":[{"projectId":"p","packages":[{"packageName":"a","installationId":"i","generations":[
             {"generation":1,"status":"active","revision":{},"revisionText":"{}"}]}]}]}"#;
         assert!(rows(both).unwrap_err().to_string().contains("not both"));
+        let unknown = r#"{"schema":"package-executor/fixture@v1","projects":[{"projectId":"p","packages":[{"packageName":"a","installationId":"i","generations":[
+            {"generation":1,"status":"live","revisionText":"x"}]}]}]}"#;
+        let err = rows(unknown).unwrap_err().to_string();
+        assert!(
+            err.contains("project p package a generation 1: status \"live\" is not a generation status; use one of queued, staged, activating, active, superseded, failed"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The source formats of contract section 5 (`is_project_id`, `is_package_name`, …) and the
-//! newtypes that carry a check's result: [`Digest`] and [`Generation`].
+//! newtypes that carry a check's result: [`Digest`] and [`Generation`]; a generation's lifecycle
+//! ([`GenerationStatus`]).
 //!
 //! Ids travel as text: they arrive in rows the control plane wrote, and the planner checks each
 //! head's formats once, where the rows enter the pure core (an id a control plane got wrong is
@@ -135,6 +136,65 @@ pub fn is_digest(s: &str) -> bool {
             .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
+/// `package_generations.status` (contract section 7): where a generation is in its lifecycle.
+/// The database's `CHECK` admits exactly these; only an `active` generation can be a head's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum GenerationStatus {
+    /// Published, not yet prepared.
+    Queued,
+    /// Prepared, waiting for activation.
+    Staged,
+    /// Being activated.
+    Activating,
+    /// The installation's live generation.
+    Active,
+    /// Was active; replaced by a later activation.
+    Superseded,
+    /// Its preparation failed.
+    Failed,
+}
+
+impl GenerationStatus {
+    /// Every status, in the contract's order.
+    pub const ALL: [Self; 6] = [
+        Self::Queued,
+        Self::Staged,
+        Self::Activating,
+        Self::Active,
+        Self::Superseded,
+        Self::Failed,
+    ];
+
+    /// The status as the column holds it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Queued => "queued",
+            Self::Staged => "staged",
+            Self::Activating => "activating",
+            Self::Active => "active",
+            Self::Superseded => "superseded",
+            Self::Failed => "failed",
+        }
+    }
+
+    /// Parses the column's text; `None` for a word the contract does not list.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.as_str() == s)
+    }
+
+    /// Whether `sources activate` may make a generation with this status the live one (an
+    /// active one already is; a queued or failed one never was prepared).
+    pub fn can_be_activated(self) -> bool {
+        matches!(self, Self::Staged | Self::Activating | Self::Superseded)
+    }
+}
+
+impl fmt::Display for GenerationStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A generation number: 1 … 2^53 − 1.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Generation(u64);
@@ -166,6 +226,16 @@ impl fmt::Display for Generation {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn generation_statuses_parse_back_from_their_words_and_nothing_else() {
+        for s in GenerationStatus::ALL {
+            assert_eq!(GenerationStatus::parse(s.as_str()), Some(s));
+        }
+        for word in ["", "Active", "active ", "retired"] {
+            assert_eq!(GenerationStatus::parse(word), None, "{word:?}");
+        }
+    }
 
     #[test]
     fn package_names() {

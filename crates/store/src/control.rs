@@ -5,6 +5,7 @@ use sqlx::Row;
 
 use crate::error::input;
 use crate::{Attempt, Store, StoreError, answered, on_conn, sql_for as q};
+use package_executor_core::model::GenerationStatus;
 
 /// Activates a generation (from `staged`, `activating` or `superseded`): the previous active
 /// generation becomes `superseded`, this one `active`, and the head points at it, atomically.
@@ -45,11 +46,12 @@ async fn activate_in(
         let Some(target) = target else {
             return Err(input(format!("installation {installation_id} has no generation {generation}; import it first")));
         };
-        let status: String = target.try_get("status")?;
-        if status == "active" && current == Some(generation) {
+        let status = crate::rows::status(target.try_get("status")?)?;
+        let status = status.ok_or_else(|| StoreError::Other("a generation row without a status".into()))?;
+        if status == GenerationStatus::Active && current == Some(generation) {
             return Ok(());
         }
-        if !matches!(status.as_str(), "staged" | "activating" | "superseded") {
+        if !status.can_be_activated() {
             return Err(input(format!(
                 "generation {generation} of {installation_id} is {status}; only staged, activating \
                  or superseded generations can be activated"

@@ -42,6 +42,7 @@ pub use queries::{
 };
 
 use package_executor_core::defaults;
+use package_executor_core::model::GenerationStatus;
 use package_executor_core::planner::ActiveHead;
 
 /// Which SQL dialect a store speaks.
@@ -137,7 +138,7 @@ pub struct ObservedHead {
     /// The head and generation columns (generation columns empty when the row is missing).
     pub head: ActiveHead,
     /// `package_generations.status`, if the row exists.
-    pub status: Option<String>,
+    pub status: Option<GenerationStatus>,
 }
 
 /// A duration as PostgreSQL's settings take it, in whole milliseconds rounded up: a value

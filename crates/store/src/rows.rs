@@ -5,6 +5,7 @@
 //! drivers (SQLite's C source included) a second time, for the host, in every build tier and
 //! the image; the [`from_row!`] arms below are what the derive would generate.
 
+use package_executor_core::model::GenerationStatus;
 use package_executor_core::planner::ActiveHead;
 use package_executor_core::verify::StoredSnapshot;
 
@@ -22,6 +23,23 @@ pub(crate) struct Decoded<T>(pub T);
 pub(crate) struct SnapshotSource {
     pub snapshot_id: i64,
     pub head: ActiveHead,
+}
+
+/// A generation's status as its column holds it (`None` where the generation row is missing).
+/// The database's `CHECK` admits only the contract's words; anything else fails closed.
+pub(crate) fn status(text: Option<String>) -> sqlx::Result<Option<GenerationStatus>> {
+    text.map(|t| {
+        GenerationStatus::parse(&t).ok_or_else(|| {
+            sqlx::Error::Decode(
+                format!(
+                    "a generation's status is {t:?}, which this build does not know; is the \
+                     schema newer than this build?"
+                )
+                .into(),
+            )
+        })
+    })
+    .transpose()
 }
 
 /// `FromRow` for PostgreSQL's and SQLite's rows from one body (`$r` the row).
@@ -90,6 +108,6 @@ from_row! {
                 .try_get::<Option<String>, _>("approved_permissions")?
                 .unwrap_or_default(),
         },
-        status: r.try_get("status")?,
+        status: status(r.try_get("status")?)?,
     };
 }

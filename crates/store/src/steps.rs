@@ -499,7 +499,7 @@ fn heads_in_array_order(row: &sqlx::postgres::PgRow) -> Result<Vec<ObservedHead>
                 revision_digest: rd.unwrap_or_default(),
                 approved_permissions: p.unwrap_or_default(),
             },
-            status,
+            status: crate::rows::status(status)?,
         });
     }
     Ok(heads)
