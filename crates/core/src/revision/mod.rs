@@ -17,7 +17,9 @@ use crate::model::Digest;
 use crate::quote::quote;
 use crate::rejection::{Rejection, RejectionCode as Code};
 
-#[doc(hidden)]
+/// The tests' oracle (the whole-document reader of earlier versions): built for tests and the
+/// fuzz targets only (the `oracle` feature, which the test kit turns on), never in the product.
+#[cfg(any(test, feature = "oracle"))]
 pub mod reference;
 mod stream;
 
