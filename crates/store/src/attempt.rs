@@ -80,20 +80,6 @@ pub enum Scope {
     Full,
 }
 
-/// What appending a snapshot did.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum InsertOutcome {
-    /// A new row (and its sources) was inserted.
-    Published,
-    /// An identical snapshot for this vector already existed.
-    Replayed,
-    /// A different snapshot exists for this project and vector: `replay-mismatch`.
-    Mismatch {
-        /// The stored snapshot digest.
-        existing: String,
-    },
-}
-
 /// Runs `$body` with `$c` bound to the connection and `$d` to the dialect, for either arm, so
 /// one query text and one row mapping serve both dialects; with a fourth name, `$db` is also
 /// the arm's sqlx database type, so one query builder serves both.
@@ -314,21 +300,6 @@ impl Attempt<'_> {
                 .execute(c)
                 .await?;
             Ok(())
-        })
-    }
-
-    /// Appends a snapshot and its source rows, or reports an exact replay or a mismatch.
-    pub async fn insert_snapshot(&mut self, s: &Snapshot) -> Result<InsertOutcome, StoreError> {
-        let inserted = match self {
-            Attempt::Pg(_) => self.append(s, None).await?.inserted,
-            Attempt::Lite(_) => self.insert_rows(s).await?,
-        };
-        if inserted {
-            return Ok(InsertOutcome::Published);
-        }
-        Ok(match self.replay_outcome(s).await? {
-            super::Replay::Exact => InsertOutcome::Replayed,
-            super::Replay::Mismatch { existing } => InsertOutcome::Mismatch { existing },
         })
     }
 

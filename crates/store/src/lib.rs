@@ -25,7 +25,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{ConnectOptions as _, PgPool, SqlitePool};
 
 pub(crate) use attempt::on_conn;
-pub use attempt::{Attempt, InsertOutcome, RevisionBytes, Scope};
+pub use attempt::{Attempt, RevisionBytes, Scope};
 pub use error::StoreError;
 use primary::PgTarget;
 pub use primary::{Hosts, SessionAttrs, split_hosts};

@@ -10,7 +10,7 @@ use package_executor::exit::Exit;
 use package_executor::planner::{self, ActiveHead};
 use package_executor::report::Outcome;
 use package_executor::sources;
-use package_executor::store::{Dialect, InsertOutcome, Replay, Scope, Store};
+use package_executor::store::{Dialect, Replay, Scope, Store};
 
 /// The live heads of a project, read in a transaction of their own.
 async fn live_heads(store: &Store, project: &str) -> Vec<ActiveHead> {
@@ -305,10 +305,8 @@ async fn import_publish_replay(s: Stores) {
     let snapshot = planned(&s.exec, "demo-1").await;
     assert_eq!(snapshot.snapshot_digest.as_str(), digest);
     let mut a = s.exec.begin().await.unwrap();
-    assert_eq!(
-        a.insert_snapshot(&snapshot).await.unwrap(),
-        InsertOutcome::Replayed
-    );
+    assert!(!a.append(&snapshot, None).await.unwrap().inserted);
+    assert_eq!(a.replay_outcome(&snapshot).await.unwrap(), Replay::Exact);
     a.rollback().await.unwrap();
     assert_eq!(
         scalar(
@@ -569,10 +567,7 @@ async fn current_proof_refuses_partial_matches(s: Stores) {
             .finish()
             .unwrap();
         let mut a = s.exec.begin().await.unwrap();
-        assert_eq!(
-            a.insert_snapshot(&fake).await.unwrap(),
-            InsertOutcome::Published
-        );
+        assert!(a.append(&fake, None).await.unwrap().inserted, "{label}");
         a.commit().await.unwrap();
         // Force package_count to the live count is impossible (append-only), so the subset row
         // has count 1 and the superset 3: both must be absent.
