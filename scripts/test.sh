@@ -60,7 +60,7 @@ install() {
   fi
 
   # Prometheus, promtool and the Pushgateway from Debian, for the alert rules' unit tests
-  # (tests/it/chart/alerts.rs) and the metrics end to end (tests/it/chart/prometheus.rs); run as plain processes
+  # (tests/it/chart/alerts.rs) and the metrics end to end (tests/it/chart/on_postgres/prometheus.rs); run as plain processes
   # on loopback by the tests, never as services.
   if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus-pushgateway >/dev/null 2>&1; then
     echo "installing Debian's prometheus and prometheus-pushgateway packages" >&2
@@ -146,15 +146,14 @@ install() {
   fi
 }
 
-# The modules of the `it` binary whose tests start PostgreSQL (the `pg` tier); `fast` runs the
-# rest. A new module that starts a server belongs here.
-PG_MODULES=(store:: core::hostile chart::prometheus commands::run commands::secrets
-  commands::signals::on_postgres commands::newer_schema::on_postgres)
-# What runs again on PostgreSQL 18. The wheel is built without OpenSSL, so of the TLS tests only
-# the one about a server without TLS applies there; Prometheus is the same on either.
-PG18_FILTERS=(store::contract store::plans store::roles store::trust store::ha commands::run
-  commands::secrets commands::signals::on_postgres commands::newer_schema::on_postgres core::hostile
-  store::tls::a_server_without_tls)
+# The tiers of the `it` binary are chosen by where a test lives: what starts PostgreSQL lies in
+# a module named `on_postgres` (the `pg` tier), everything else is the `fast` tier (which tells
+# the test kit, so a test that starts a server outside such a module fails there).
+PG_TIER=on_postgres
+# What runs again on PostgreSQL 18: the pg tier but the TLS tests (the wheel is built without
+# OpenSSL: only the one about a server without TLS applies) and Prometheus (the same on either).
+PG18_SKIPS=(--skip store::on_postgres::tls --skip chart::on_postgres::prometheus)
+PG18_EXTRA=store::on_postgres::tls::a_server_without_tls_is_refused_unless_sslmode_allows_plaintext
 
 # The system's server (Debian bookworm's is 15), the newest one installed.
 system_bindir() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1; }
@@ -191,17 +190,17 @@ lint() {
 
 fast() {
   echo "== fast: unit tests and the integration tests that need no server"
-  local skips=()
-  for m in "${PG_MODULES[@]}"; do skips+=(--skip "$m"); done
   cargo test --locked --workspace --lib --bins --benches
-  cargo test --locked --test it -- "${skips[@]}"
+  reports_clear
+  PE_TIER=fast cargo test --locked --test it -- --skip "$PG_TIER"
+  reports_show
 }
 
 pg() {
   use_server "${1:-}"
   echo "== pg: the tests that start PostgreSQL"
   reports_clear
-  cargo test --locked --test it -- "${PG_MODULES[@]}"
+  cargo test --locked --test it -- "$PG_TIER"
   reports_show
 }
 
@@ -209,8 +208,8 @@ pg18() {
   use_server "$PG18_BINDIR"
   echo "== pg: the PostgreSQL-backed tests again"
   reports_clear
-  cargo test --locked --test it -- "${PG18_FILTERS[@]}" --skip hostile_revisions_on_sqlite \
-    --skip snapshot_heavy_runs_on_sqlite
+  cargo test --locked --test it -- "$PG_TIER" "${PG18_SKIPS[@]}"
+  cargo test --locked --test it -- --exact "$PG18_EXTRA"
   reports_show
 }
 

@@ -132,6 +132,15 @@ impl PgCluster {
 
     /// Creates, starts and watches a new cluster in `dir`.
     pub fn start_in(dir: PathBuf, extra_conf: &str) -> Self {
+        // The tiers are chosen by where a test lives: `scripts/test.sh fast` runs what is not in
+        // an `on_postgres` module and says so here, so a test that needs a server cannot slip
+        // into it unnoticed.
+        assert!(
+            std::env::var_os("PE_TIER").is_none_or(|t| t != "fast"),
+            "{}: this test starts PostgreSQL but lies outside an `on_postgres` module, so the \
+             fast tier runs it; move it into one (the pg tier runs those)",
+            std::thread::current().name().unwrap_or("a test")
+        );
         let bindir = bindir();
         assert_major(&bindir);
         let as_root = is_root();

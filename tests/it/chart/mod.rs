@@ -3,4 +3,9 @@
 
 mod alerts;
 mod manifests;
-mod prometheus;
+
+/// Every test in these starts PostgreSQL: the `pg` tier runs what lies in an `on_postgres` module,
+/// the `fast` tier the rest.
+mod on_postgres {
+    mod prometheus;
+}

@@ -5,8 +5,13 @@ mod metrics;
 mod newer_schema;
 mod not_ours;
 mod run;
-mod secrets;
 mod signals;
 mod terminal;
 mod trigger;
 mod verify;
+
+/// Every test in these starts PostgreSQL: the `pg` tier runs what lies in an `on_postgres` module,
+/// the `fast` tier the rest.
+mod on_postgres {
+    mod secrets;
+}

@@ -434,16 +434,21 @@ async fn hostile_revisions_on_sqlite() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn hostile_revisions_on_postgres() {
-    suite(Dialect::Postgres).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn snapshot_heavy_runs_on_sqlite() {
     snapshot_heavy(Dialect::Sqlite).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn snapshot_heavy_runs_on_postgres() {
-    snapshot_heavy(Dialect::Postgres).await;
+/// The `pg` tier's part of this module: the tests that start PostgreSQL.
+mod on_postgres {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn hostile_revisions_on_postgres() {
+        suite(Dialect::Postgres).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn snapshot_heavy_runs_on_postgres() {
+        snapshot_heavy(Dialect::Postgres).await;
+    }
 }

@@ -53,20 +53,24 @@ struct Stores {
 macro_rules! contract {
     ($($name:ident),* $(,)?) => {$(
         mod $name {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn postgres() {
-                let url = super::pg::fresh_db().await;
-                let admin = super::connect(&url).await;
-                let stores = super::Stores { exec: admin.clone(), admin, exec_url: url };
-                super::within(180, super::$name(stores)).await;
-            }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn postgres_executor_login() {
-                let url = super::pg::fresh_db().await;
-                let admin = super::connect(&url).await;
-                let exec_url = super::pg::as_login(&url, "login_executor");
-                let exec = super::connect(&exec_url).await;
-                super::within(180, super::$name(super::Stores { admin, exec, exec_url })).await;
+            /// The `pg` tier's variants.
+            mod on_postgres {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn postgres() {
+                    let url = super::super::pg::fresh_db().await;
+                    let admin = super::super::connect(&url).await;
+                    let stores = super::super::Stores { exec: admin.clone(), admin, exec_url: url };
+                    super::super::within(180, super::super::$name(stores)).await;
+                }
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn postgres_executor_login() {
+                    let url = super::super::pg::fresh_db().await;
+                    let admin = super::super::connect(&url).await;
+                    let exec_url = super::super::pg::as_login(&url, "login_executor");
+                    let exec = super::super::connect(&exec_url).await;
+                    let stores = super::super::Stores { admin, exec, exec_url };
+                    super::super::within(180, super::super::$name(stores)).await;
+                }
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn sqlite() {
@@ -1122,35 +1126,6 @@ async fn snapshots_of(store: &Store) -> Vec<(String, String, String, String, Vec
     out
 }
 
-/// The same fixture gives byte-identical snapshots, with the same three digests, in both dialects.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn same_fixture_same_bytes_in_both_dialects() {
-    within(180, async {
-        let pg = connect(&pg::fresh_db().await).await;
-        let (url, _dir) = pg::fresh_sqlite().await;
-        let lite = connect(&url).await;
-        let varied = fixtures::many_projects(12, 3, 2, 300);
-        for store in [&pg, &lite] {
-            import(store, DEMO).await;
-            import(store, &varied).await;
-            let observer = package_executor::coordinator::LogObserver;
-            let report = package_executor::coordinator::Coordinator::new(
-                store.clone(),
-                settings(),
-                package_executor::coordinator::Stop::default(),
-                &observer,
-            )
-            .run()
-            .await;
-            assert_eq!(report.summary.published, 15, "{:?}", report.summary);
-        }
-        let (a, b) = (snapshots_of(&pg).await, snapshots_of(&lite).await);
-        assert_eq!(a.len(), 15);
-        assert_eq!(a, b, "PostgreSQL and SQLite must store identical snapshots");
-    })
-    .await;
-}
-
 /// An empty PostgreSQL database `name` (not the migrated template) and an empty SQLite file,
 /// with the directory that holds the file.
 async fn unmigrated(name: &str) -> (Store, Store, tempfile::TempDir) {
@@ -1165,47 +1140,6 @@ async fn unmigrated(name: &str) -> (Store, Store, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let lite = connect(&format!("sqlite://{}", dir.path().join("m.db").display())).await;
     (pg, lite, dir)
-}
-
-/// Each migration applies in order on an empty database, in both dialects.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn migrations_apply_one_by_one() {
-    within(180, async {
-        let (pg, lite, _dir) = unmigrated("migrate_steps").await;
-        for store in [&pg, &lite] {
-            assert!(
-                store.check_migrated().await.is_err(),
-                "an empty database is not migrated"
-            );
-            let all = store.migrations();
-            for m in all {
-                let report = store.migrate(false, Some(m.version)).await.unwrap();
-                assert_eq!(
-                    report.applied,
-                    vec![m.name.to_owned()],
-                    "{:?}",
-                    store.dialect()
-                );
-                let table = if store.dialect() == Dialect::Postgres {
-                    "ql3.schema_migrations"
-                } else {
-                    "schema_migrations"
-                };
-                assert_eq!(
-                    scalar(store, &format!("SELECT MAX(version) FROM {table}")).await,
-                    m.version
-                );
-            }
-            assert!(
-                store.migrate(false, None).await.unwrap().applied.is_empty(),
-                "idempotent"
-            );
-            store.check_migrated().await.unwrap();
-            // Sample data loads after the last step.
-            import(store, DEMO).await;
-        }
-    })
-    .await;
 }
 
 /// A well-formed digest, for rows whose digests are never checked.
@@ -1415,43 +1349,6 @@ async fn large_revisions_build_like_small_ones(s: Stores) {
         publish(&s.exec, "large-malformed").await.reason(),
         Some("revision-malformed")
     );
-}
-
-/// A change committed while a build is in flight (PostgreSQL, where builds and control-plane
-/// writes interleave): the build publishes what it observed, the project's mark stays because
-/// the change gave it a new version, and the next run deals with the change.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_change_during_a_build_stays_marked_for_the_next_run() {
-    within(180, async {
-        let store = connect(&pg::fresh_db().await).await;
-        import(&store, DEMO).await;
-        assert_eq!(run_all(&store, false).await.exit_code, Exit::Ok);
-        sources::activate(&store, "demo-1-github", 3).await.unwrap();
-        assert_eq!(marked(&store).await, ["demo-1"]);
-        let snapshot = planned(&store, "demo-1").await;
-
-        let mut a = store.begin().await.unwrap();
-        let opening = a.open("demo-1").await.unwrap();
-        assert!(opening.claimed && opening.current.is_none() && opening.mark.is_some());
-        // Mid-build, a control plane retires an old generation: the live vector is unchanged.
-        exec(&store, "UPDATE ql3.package_generations SET status = 'failed' WHERE installation_id = 'demo-1-github' AND generation = 1")
-            .await
-            .unwrap();
-        let appending = a.append(&snapshot, opening.mark).await.unwrap();
-        assert!(appending.inserted);
-        assert_eq!(appending.second, opening.heads, "no drift");
-        a.commit().await.unwrap();
-
-        assert_eq!(marked(&store).await, ["demo-1"], "the change stays marked");
-        assert_eq!(
-            current_digest(&store, "demo-1").await.as_deref(),
-            Some(snapshot.snapshot_digest.as_str())
-        );
-        let next = run_all(&store, false).await;
-        assert_eq!((next.projects_scanned, next.already_current), (1, 1));
-        assert_eq!(marked(&store).await, Vec::<String>::new());
-    })
-    .await;
 }
 
 /// A revision document for package `late.pkg`, with `extra` merged into its one tool.
@@ -1955,91 +1852,205 @@ async fn stored_digests(store: &Store) -> Vec<(String, String, String, String, V
     }
 }
 
-/// A database from before the key (PostgreSQL migration 11, SQLite 5) with snapshots as the
-/// executor wrote them then, history included: the migration gives each its key without
-/// changing a digest or a byte, each project's snapshot is still found current (the old one of
-/// demo-1 too, once its vector comes back), and a run afterwards publishes nothing.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn snapshots_from_before_the_key_stay_current() {
-    within(180, async {
-        let (pg, lite, _dir) = unmigrated("before_the_key").await;
-        for (store, before) in [(&pg, 11), (&lite, 5)] {
-            store.migrate(false, Some(before)).await.unwrap();
-            import(store, DEMO).await;
-            let stores = Stores {
-                admin: store.clone(),
-                exec: store.clone(),
-                exec_url: String::new(),
-            };
-            let projects = ["demo-1", "demo-2", "demo-empty"];
-            for p in projects {
-                insert_without_key(store, &planned(store, p).await)
-                    .await
-                    .unwrap();
+/// The `pg` tier's part of this module: the tests that start PostgreSQL.
+mod on_postgres {
+    use super::*;
+
+    /// The same fixture gives byte-identical snapshots, with the same three digests, in both dialects.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn same_fixture_same_bytes_in_both_dialects() {
+        within(180, async {
+            let pg = connect(&pg::fresh_db().await).await;
+            let (url, _dir) = pg::fresh_sqlite().await;
+            let lite = connect(&url).await;
+            let varied = fixtures::many_projects(12, 3, 2, 300);
+            for store in [&pg, &lite] {
+                import(store, DEMO).await;
+                import(store, &varied).await;
+                let observer = package_executor::coordinator::LogObserver;
+                let report = package_executor::coordinator::Coordinator::new(
+                    store.clone(),
+                    settings(),
+                    package_executor::coordinator::Stop::default(),
+                    &observer,
+                )
+                .run()
+                .await;
+                assert_eq!(report.summary.published, 15, "{:?}", report.summary);
             }
-            // History: demo-1 at generation 3, then back at 2, whose snapshot is the older.
-            sources::activate(store, "demo-1-github", 3).await.unwrap();
-            insert_without_key(store, &planned(store, "demo-1").await)
+            let (a, b) = (snapshots_of(&pg).await, snapshots_of(&lite).await);
+            assert_eq!(a.len(), 15);
+            assert_eq!(a, b, "PostgreSQL and SQLite must store identical snapshots");
+        })
+        .await;
+    }
+
+    /// Each migration applies in order on an empty database, in both dialects.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn migrations_apply_one_by_one() {
+        within(180, async {
+            let (pg, lite, _dir) = unmigrated("migrate_steps").await;
+            for store in [&pg, &lite] {
+                assert!(
+                    store.check_migrated().await.is_err(),
+                    "an empty database is not migrated"
+                );
+                let all = store.migrations();
+                for m in all {
+                    let report = store.migrate(false, Some(m.version)).await.unwrap();
+                    assert_eq!(
+                        report.applied,
+                        vec![m.name.to_owned()],
+                        "{:?}",
+                        store.dialect()
+                    );
+                    let table = if store.dialect() == Dialect::Postgres {
+                        "ql3.schema_migrations"
+                    } else {
+                        "schema_migrations"
+                    };
+                    assert_eq!(
+                        scalar(store, &format!("SELECT MAX(version) FROM {table}")).await,
+                        m.version
+                    );
+                }
+                assert!(
+                    store.migrate(false, None).await.unwrap().applied.is_empty(),
+                    "idempotent"
+                );
+                store.check_migrated().await.unwrap();
+                // Sample data loads after the last step.
+                import(store, DEMO).await;
+            }
+        })
+        .await;
+    }
+
+    /// A change committed while a build is in flight (PostgreSQL, where builds and control-plane
+    /// writes interleave): the build publishes what it observed, the project's mark stays because
+    /// the change gave it a new version, and the next run deals with the change.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_change_during_a_build_stays_marked_for_the_next_run() {
+        within(180, async {
+            let store = connect(&pg::fresh_db().await).await;
+            import(&store, DEMO).await;
+            assert_eq!(run_all(&store, false).await.exit_code, Exit::Ok);
+            sources::activate(&store, "demo-1-github", 3).await.unwrap();
+            assert_eq!(marked(&store).await, ["demo-1"]);
+            let snapshot = planned(&store, "demo-1").await;
+
+            let mut a = store.begin().await.unwrap();
+            let opening = a.open("demo-1").await.unwrap();
+            assert!(opening.claimed && opening.current.is_none() && opening.mark.is_some());
+            // Mid-build, a control plane retires an old generation: the live vector is unchanged.
+            exec(&store, "UPDATE ql3.package_generations SET status = 'failed' WHERE installation_id = 'demo-1-github' AND generation = 1")
                 .await
                 .unwrap();
-            sources::activate(store, "demo-1-github", 2).await.unwrap();
-            let stored = stored_digests(store).await;
-            assert_eq!(stored.len(), 4);
+            let appending = a.append(&snapshot, opening.mark).await.unwrap();
+            assert!(appending.inserted);
+            assert_eq!(appending.second, opening.heads, "no drift");
+            a.commit().await.unwrap();
 
-            store.migrate(false, None).await.unwrap();
+            assert_eq!(marked(&store).await, ["demo-1"], "the change stays marked");
             assert_eq!(
-                stored_digests(store).await,
-                stored,
-                "no digest and no byte changed"
+                current_digest(&store, "demo-1").await.as_deref(),
+                Some(snapshot.snapshot_digest.as_str())
             );
-            for (project, problems) in verified_in(store, None, 1 << 30).await.0 {
-                assert_eq!(problems, Vec::<String>::new(), "verify, {project}");
-            }
-            for p in projects {
-                let c = store
-                    .find_current(p)
+            let next = run_all(&store, false).await;
+            assert_eq!((next.projects_scanned, next.already_current), (1, 1));
+            assert_eq!(marked(&store).await, Vec::<String>::new());
+        })
+        .await;
+    }
+
+    /// A database from before the key (PostgreSQL migration 11, SQLite 5) with snapshots as the
+    /// executor wrote them then, history included: the migration gives each its key without
+    /// changing a digest or a byte, each project's snapshot is still found current (the old one of
+    /// demo-1 too, once its vector comes back), and a run afterwards publishes nothing.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn snapshots_from_before_the_key_stay_current() {
+        within(180, async {
+            let (pg, lite, _dir) = unmigrated("before_the_key").await;
+            for (store, before) in [(&pg, 11), (&lite, 5)] {
+                store.migrate(false, Some(before)).await.unwrap();
+                import(store, DEMO).await;
+                let stores = Stores {
+                    admin: store.clone(),
+                    exec: store.clone(),
+                    exec_url: String::new(),
+                };
+                let projects = ["demo-1", "demo-2", "demo-empty"];
+                for p in projects {
+                    insert_without_key(store, &planned(store, p).await)
+                        .await
+                        .unwrap();
+                }
+                // History: demo-1 at generation 3, then back at 2, whose snapshot is the older.
+                sources::activate(store, "demo-1-github", 3).await.unwrap();
+                insert_without_key(store, &planned(store, "demo-1").await)
                     .await
-                    .unwrap()
-                    .unwrap_or_else(|| panic!("{p}"));
+                    .unwrap();
+                sources::activate(store, "demo-1-github", 2).await.unwrap();
+                let stored = stored_digests(store).await;
+                assert_eq!(stored.len(), 4);
+
+                store.migrate(false, None).await.unwrap();
                 assert_eq!(
-                    scalar(
-                        store,
-                        &format!(
-                            "SELECT COUNT(*) FROM ql3.tool_definition_snapshots AS s \
-                         WHERE s.snapshot_id = {} AND s.source_key = '{}'",
-                            c.snapshot_id,
-                            package_executor::source_key::source_key(&live_heads(store, p).await)
+                    stored_digests(store).await,
+                    stored,
+                    "no digest and no byte changed"
+                );
+                for (project, problems) in verified_in(store, None, 1 << 30).await.0 {
+                    assert_eq!(problems, Vec::<String>::new(), "verify, {project}");
+                }
+                for p in projects {
+                    let c = store
+                        .find_current(p)
+                        .await
+                        .unwrap()
+                        .unwrap_or_else(|| panic!("{p}"));
+                    assert_eq!(
+                        scalar(
+                            store,
+                            &format!(
+                                "SELECT COUNT(*) FROM ql3.tool_definition_snapshots AS s \
+                             WHERE s.snapshot_id = {} AND s.source_key = '{}'",
+                                c.snapshot_id,
+                                package_executor::source_key::source_key(
+                                    &live_heads(store, p).await
+                                )
+                            )
                         )
-                    )
-                    .await,
-                    1,
-                    "{p}: the migration's key is the executor's"
+                        .await,
+                        1,
+                        "{p}: the migration's key is the executor's"
+                    );
+                }
+                // An executor from before the key, writing to the migrated database, is refused
+                // (it would write a snapshot the proof can never find).
+                sources::activate(store, "demo-1-github", 1).await.unwrap();
+                let old_style = planned(store, "demo-1").await;
+                let refused = insert_without_key(store, &old_style).await.unwrap_err();
+                assert!(
+                    refused.contains("source_key"),
+                    "a snapshot without a key is refused after the migration: {refused}"
+                );
+                sources::activate(store, "demo-1-github", 2).await.unwrap();
+                let summary = run_all(store, true).await;
+                assert_eq!(summary.exit_code, Exit::Ok, "{summary:?}");
+                assert_eq!(
+                    stored_digests(store).await.len(),
+                    4,
+                    "nothing republished: {summary:?}"
+                );
+                sources::activate(store, "demo-1-github", 3).await.unwrap();
+                assert!(store.find_current("demo-1").await.unwrap().is_some());
+                assert_eq!(
+                    publish(&stores.exec, "demo-1").await.name(),
+                    "already-current"
                 );
             }
-            // An executor from before the key, writing to the migrated database, is refused
-            // (it would write a snapshot the proof can never find).
-            sources::activate(store, "demo-1-github", 1).await.unwrap();
-            let old_style = planned(store, "demo-1").await;
-            let refused = insert_without_key(store, &old_style).await.unwrap_err();
-            assert!(
-                refused.contains("source_key"),
-                "a snapshot without a key is refused after the migration: {refused}"
-            );
-            sources::activate(store, "demo-1-github", 2).await.unwrap();
-            let summary = run_all(store, true).await;
-            assert_eq!(summary.exit_code, Exit::Ok, "{summary:?}");
-            assert_eq!(
-                stored_digests(store).await.len(),
-                4,
-                "nothing republished: {summary:?}"
-            );
-            sources::activate(store, "demo-1-github", 3).await.unwrap();
-            assert!(store.find_current("demo-1").await.unwrap().is_some());
-            assert_eq!(
-                publish(&stores.exec, "demo-1").await.name(),
-                "already-current"
-            );
-        }
-    })
-    .await;
+        })
+        .await;
+    }
 }

@@ -2,8 +2,13 @@
 //! TLS and high availability.
 
 mod contract;
-mod ha;
 mod plans;
-mod roles;
-mod tls;
 mod trust;
+
+/// Every test in these starts PostgreSQL: the `pg` tier runs what lies in an `on_postgres` module,
+/// the `fast` tier the rest.
+mod on_postgres {
+    mod ha;
+    mod roles;
+    mod tls;
+}

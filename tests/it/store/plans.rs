@@ -71,50 +71,6 @@ fn scans(plan: &str) -> Vec<&'static str> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn plans_keep_to_keys_after_analyze_of_empty_tables() {
-    tokio::time::timeout(Duration::from_secs(120), async {
-        let url = pg::fresh_db().await;
-        let admin = connect(&url).await;
-        import(&admin, DEMO).await;
-        let pool = admin.pg_pool().unwrap();
-        sqlx::query("VACUUM ANALYZE").execute(&pool).await.unwrap();
-        admin.close().await;
-
-        let exec = connect(&pg::as_login(&url, "login_executor")).await;
-        let exec_pool = exec.pg_pool().unwrap();
-        let mut conn = exec_pool.acquire().await.unwrap();
-        let conn = conn.acquire().await.unwrap();
-        let mut control = Vec::new();
-        for (name, text) in statements() {
-            let plan = generic_plan(conn, text).await;
-            assert_eq!(scans(&plan), Vec::<&str>::new(), "{name} scans:\n{plan}");
-            // The same statement planned without the session's setting: the control that
-            // shows the assertion can fail on this server.
-            sqlx::query("SET enable_seqscan = on")
-                .execute(&mut *conn)
-                .await
-                .unwrap();
-            control.extend(scans(&generic_plan(conn, text).await));
-            sqlx::query("RESET enable_seqscan")
-                .execute(&mut *conn)
-                .await
-                .unwrap();
-        }
-        let setting: String = sqlx::query_scalar("SHOW enable_seqscan")
-            .fetch_one(&mut *conn)
-            .await
-            .unwrap();
-        assert_eq!(setting, "off", "the executor's sessions set it");
-        assert!(
-            !control.is_empty(),
-            "with sequential scans priced in, some plan should scan an empty-analyzed table"
-        );
-    })
-    .await
-    .expect("within 120 s");
-}
-
 /// What the consumer's doors run (their PL/pgSQL body), planned as a consumer's session plans
 /// it: with the server's default settings, not the executor's.
 const DOOR: &str = "SELECT f.snapshot_digest, f.active_vector_digest, f.definition_digest, \
@@ -157,84 +113,6 @@ fn keyed(plan: &str, when: &str) -> Option<String> {
         return None;
     };
     Some(format!("{when}: {why}\n{plan}"))
-}
-
-/// The proof's plans, the executor's and the consumer's door's, on a database whose snapshot
-/// tables are empty and never analyzed, empty and analyzed, and holding a project with 3,000
-/// snapshots (analyzed): each finds its candidate by key and compares row by row.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_proof_keeps_to_keys_on_empty_and_long_histories() {
-    tokio::time::timeout(Duration::from_secs(180), async {
-        let url = pg::fresh_db().await;
-        let admin = connect(&url).await;
-        import(&admin, DEMO).await;
-        let pool = admin.pg_pool().unwrap();
-        let exec = connect(&pg::as_login(&url, "login_executor")).await;
-        let exec_pool = exec.pg_pool().unwrap();
-        // The door runs as the owner (SECURITY DEFINER) under the calling session's settings.
-        let mut consumer = pool.acquire().await.unwrap();
-        sqlx::query("SET ROLE ql3_owner")
-            .execute(&mut *consumer)
-            .await
-            .unwrap();
-        let history = format!(
-            "WITH s AS (
-               INSERT INTO ql3.tool_definition_snapshots (project_id, active_vector_digest,
-                 definition_digest, snapshot_digest, package_count, definition_count,
-                 canonical_json, source_key)
-               SELECT 'demo-1', 'sha256:' || encode(sha256(convert_to('v' || n, 'UTF8')), 'hex'),
-                      {D}, 'sha256:' || encode(sha256(convert_to('s' || n, 'UTF8')), 'hex'), 2, 0,
-                      decode('7b7d', 'hex'), md5('k' || n)
-               FROM generate_series(1, 3000) AS n
-               RETURNING snapshot_id)
-             INSERT INTO ql3.tool_definition_snapshot_sources
-             SELECT s.snapshot_id, p.name, 'history-' || p.name, s.snapshot_id, {D}, {D}, {D}
-             FROM s CROSS JOIN (VALUES ('acme.docs'), ('acme.github')) AS p(name)"
-        );
-        let mut failures = Vec::new();
-        for state in [
-            "empty, never analyzed",
-            "empty, analyzed",
-            "3,000 snapshots, analyzed",
-        ] {
-            match state {
-                "empty, analyzed" => {
-                    sqlx::query("ANALYZE").execute(&pool).await.unwrap();
-                }
-                "3,000 snapshots, analyzed" => {
-                    exec_unchecked(&admin, &history).await.unwrap();
-                    publish(&admin, "demo-1").await;
-                    sqlx::query("ANALYZE").execute(&pool).await.unwrap();
-                }
-                _ => {}
-            }
-            let door = as_the_door(&mut consumer).await;
-            failures.extend(keyed(&door, &format!("the consumer's door, {state}")));
-            let mut conn = exec_pool.acquire().await.unwrap();
-            for (name, text) in [
-                ("find current", sql::FIND_CURRENT_PG),
-                ("current digest", sql::CURRENT_DIGEST_PG),
-            ] {
-                let plan = generic_plan(&mut conn, text).await;
-                failures.extend(keyed(&plan, &format!("the executor's {name}, {state}")));
-            }
-        }
-        assert!(failures.is_empty(), "{}", failures.join("\n\n"));
-        // The proof still answers: demo-1's snapshot among 3,001, through the door.
-        sqlx::query("SET ROLE ql3_tool_consumer")
-            .execute(&mut *consumer)
-            .await
-            .unwrap();
-        let found: Option<String> =
-            sqlx::query_scalar("SELECT snapshot_digest FROM ql3.current_tool_snapshot('demo-1')")
-                .fetch_optional(&mut *consumer)
-                .await
-                .unwrap();
-        assert_eq!(found, current_digest(&exec, "demo-1").await);
-        assert!(found.is_some());
-    })
-    .await
-    .expect("within 180 s");
 }
 
 /// A well-formed digest, for history rows whose digests are never read.
@@ -294,4 +172,131 @@ async fn sqlite_finds_candidates_by_key() {
     })
     .await
     .expect("within 120 s");
+}
+
+/// The `pg` tier's part of this module: the tests that start PostgreSQL.
+mod on_postgres {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn plans_keep_to_keys_after_analyze_of_empty_tables() {
+        tokio::time::timeout(Duration::from_secs(120), async {
+            let url = pg::fresh_db().await;
+            let admin = connect(&url).await;
+            import(&admin, DEMO).await;
+            let pool = admin.pg_pool().unwrap();
+            sqlx::query("VACUUM ANALYZE").execute(&pool).await.unwrap();
+            admin.close().await;
+
+            let exec = connect(&pg::as_login(&url, "login_executor")).await;
+            let exec_pool = exec.pg_pool().unwrap();
+            let mut conn = exec_pool.acquire().await.unwrap();
+            let conn = conn.acquire().await.unwrap();
+            let mut control = Vec::new();
+            for (name, text) in statements() {
+                let plan = generic_plan(conn, text).await;
+                assert_eq!(scans(&plan), Vec::<&str>::new(), "{name} scans:\n{plan}");
+                // The same statement planned without the session's setting: the control that
+                // shows the assertion can fail on this server.
+                sqlx::query("SET enable_seqscan = on")
+                    .execute(&mut *conn)
+                    .await
+                    .unwrap();
+                control.extend(scans(&generic_plan(conn, text).await));
+                sqlx::query("RESET enable_seqscan")
+                    .execute(&mut *conn)
+                    .await
+                    .unwrap();
+            }
+            let setting: String = sqlx::query_scalar("SHOW enable_seqscan")
+                .fetch_one(&mut *conn)
+                .await
+                .unwrap();
+            assert_eq!(setting, "off", "the executor's sessions set it");
+            assert!(
+                !control.is_empty(),
+                "with sequential scans priced in, some plan should scan an empty-analyzed table"
+            );
+        })
+        .await
+        .expect("within 120 s");
+    }
+
+    /// The proof's plans, the executor's and the consumer's door's, on a database whose snapshot
+    /// tables are empty and never analyzed, empty and analyzed, and holding a project with 3,000
+    /// snapshots (analyzed): each finds its candidate by key and compares row by row.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_proof_keeps_to_keys_on_empty_and_long_histories() {
+        tokio::time::timeout(Duration::from_secs(180), async {
+            let url = pg::fresh_db().await;
+            let admin = connect(&url).await;
+            import(&admin, DEMO).await;
+            let pool = admin.pg_pool().unwrap();
+            let exec = connect(&pg::as_login(&url, "login_executor")).await;
+            let exec_pool = exec.pg_pool().unwrap();
+            // The door runs as the owner (SECURITY DEFINER) under the calling session's settings.
+            let mut consumer = pool.acquire().await.unwrap();
+            sqlx::query("SET ROLE ql3_owner")
+                .execute(&mut *consumer)
+                .await
+                .unwrap();
+            let history = format!(
+                "WITH s AS (
+                   INSERT INTO ql3.tool_definition_snapshots (project_id, active_vector_digest,
+                     definition_digest, snapshot_digest, package_count, definition_count,
+                     canonical_json, source_key)
+                   SELECT 'demo-1', 'sha256:' || encode(sha256(convert_to('v' || n, 'UTF8')), 'hex'),
+                          {D}, 'sha256:' || encode(sha256(convert_to('s' || n, 'UTF8')), 'hex'), 2, 0,
+                          decode('7b7d', 'hex'), md5('k' || n)
+                   FROM generate_series(1, 3000) AS n
+                   RETURNING snapshot_id)
+                 INSERT INTO ql3.tool_definition_snapshot_sources
+                 SELECT s.snapshot_id, p.name, 'history-' || p.name, s.snapshot_id, {D}, {D}, {D}
+                 FROM s CROSS JOIN (VALUES ('acme.docs'), ('acme.github')) AS p(name)"
+            );
+            let mut failures = Vec::new();
+            for state in [
+                "empty, never analyzed",
+                "empty, analyzed",
+                "3,000 snapshots, analyzed",
+            ] {
+                match state {
+                    "empty, analyzed" => {
+                        sqlx::query("ANALYZE").execute(&pool).await.unwrap();
+                    }
+                    "3,000 snapshots, analyzed" => {
+                        exec_unchecked(&admin, &history).await.unwrap();
+                        publish(&admin, "demo-1").await;
+                        sqlx::query("ANALYZE").execute(&pool).await.unwrap();
+                    }
+                    _ => {}
+                }
+                let door = as_the_door(&mut consumer).await;
+                failures.extend(keyed(&door, &format!("the consumer's door, {state}")));
+                let mut conn = exec_pool.acquire().await.unwrap();
+                for (name, text) in [
+                    ("find current", sql::FIND_CURRENT_PG),
+                    ("current digest", sql::CURRENT_DIGEST_PG),
+                ] {
+                    let plan = generic_plan(&mut conn, text).await;
+                    failures.extend(keyed(&plan, &format!("the executor's {name}, {state}")));
+                }
+            }
+            assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+            // The proof still answers: demo-1's snapshot among 3,001, through the door.
+            sqlx::query("SET ROLE ql3_tool_consumer")
+                .execute(&mut *consumer)
+                .await
+                .unwrap();
+            let found: Option<String> =
+                sqlx::query_scalar("SELECT snapshot_digest FROM ql3.current_tool_snapshot('demo-1')")
+                    .fetch_optional(&mut *consumer)
+                    .await
+                    .unwrap();
+            assert_eq!(found, current_digest(&exec, "demo-1").await);
+            assert!(found.is_some());
+        })
+        .await
+        .expect("within 180 s");
+    }
 }

