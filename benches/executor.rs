@@ -656,12 +656,9 @@ async fn bench_storage(dir: &std::path::Path) {
             use sqlx::Row;
             let text = format!(
                 "EXPLAIN ANALYZE {}",
-                package_executor::store::sql_for(
-                    Dialect::Postgres,
-                    package_executor::store::PENDING_PAGE_SQL
-                )
-                .replace("$1", "''")
-                .replace("$2", "256")
+                package_executor::store::PENDING_PAGE_SQL
+                    .replace("$1", "''")
+                    .replace("$2", "256")
             );
             for r in sqlx::query(AssertSqlSafe(text))
                 .fetch_all(&store.pg_pool().unwrap())
@@ -708,9 +705,9 @@ fn big_revision(k: usize) -> (String, Vec<u8>) {
 
 /// Stores revision `k` of the 3 GiB project once, with plain statements, on either pool.
 macro_rules! insert_big_revision {
-    ($pool:expr, $prefix:expr, $k:expr) => {{
+    ($pool:expr, $dialect:expr, $k:expr) => {{
         let (_, bytes) = big_revision($k);
-        let q = |t: &str| AssertSqlSafe(t.replace("ql3.", $prefix));
+        let q = |t: &str| AssertSqlSafe($dialect.render(t).into_owned());
         sqlx::query(q("INSERT INTO ql3.materialized_revisions (revision_digest, content, byte_length) VALUES ($1, $2, $3)"))
             .bind(Digest::of(&bytes).as_str())
             .bind(&bytes)
@@ -724,7 +721,7 @@ macro_rules! insert_big_revision {
 /// Installs package `k` in `project`, pointing at the stored revision `k`: several projects
 /// share the 3 GiB of revisions, so one load serves several measured runs.
 macro_rules! install_big {
-    ($pool:expr, $prefix:expr, $project:expr, $k:expr) => {{
+    ($pool:expr, $dialect:expr, $project:expr, $k:expr) => {{
         let (name, bytes) = big_revision($k);
         let rd = Digest::of(&bytes);
         let lock = Digest::of(b"");
@@ -732,10 +729,10 @@ macro_rules! install_big {
         let gd =
             package_executor::sources::generation_digest(&inst, 1, lock.as_str(), rd.as_str(), &[]);
         let mut tx = $pool.begin().await.unwrap();
-        if $prefix == "ql3." {
+        if $dialect == Dialect::Postgres {
             sqlx::query("SET CONSTRAINTS ALL DEFERRED").execute(&mut *tx).await.unwrap();
         }
-        let q = |t: &str| AssertSqlSafe(t.replace("ql3.", $prefix));
+        let q = |t: &str| AssertSqlSafe($dialect.render(t).into_owned());
         sqlx::query(q("INSERT INTO ql3.package_installations (installation_id, project_id, package_name, active_generation) VALUES ($1, $2, $3, 1)"))
             .bind(&inst)
             .bind($project)
@@ -815,8 +812,8 @@ async fn bench_rss(bin: &PathBuf, dir: &std::path::Path) {
         let store = connect(&url).await;
         for k in 0..128 {
             match (store.pg_pool(), store.sqlite_pool()) {
-                (Some(p), _) => insert_big_revision!(&p, "ql3.", k),
-                (_, Some(p)) => insert_big_revision!(p, "", k),
+                (Some(p), _) => insert_big_revision!(&p, Dialect::Postgres, k),
+                (_, Some(p)) => insert_big_revision!(p, Dialect::Sqlite, k),
                 _ => unreachable!(),
             }
         }
@@ -829,8 +826,8 @@ async fn bench_rss(bin: &PathBuf, dir: &std::path::Path) {
             .await;
             for k in 0..128 {
                 match (store.pg_pool(), store.sqlite_pool()) {
-                    (Some(p), _) => install_big!(p, "ql3.", project.as_str(), k),
-                    (_, Some(p)) => install_big!(p, "", project.as_str(), k),
+                    (Some(p), _) => install_big!(p, Dialect::Postgres, project.as_str(), k),
+                    (_, Some(p)) => install_big!(p, Dialect::Sqlite, project.as_str(), k),
                     _ => unreachable!(),
                 }
             }

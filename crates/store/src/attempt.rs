@@ -9,7 +9,7 @@ use sqlx::{AssertSqlSafe, Postgres, Row, Sqlite, Transaction};
 
 use super::queries::{Current, CurrentSnapshot, SnapshotHead, StoredSnapshot};
 use super::rows::{Decoded, SnapshotSource};
-use super::sql::{self, for_dialect};
+use super::sql;
 use super::{Dialect, ObservedHead, StoreError};
 use package_executor_core::planner::Snapshot;
 use package_executor_core::rejection::Rejection;
@@ -147,7 +147,7 @@ impl Attempt<'_> {
     /// Whether the project row exists.
     pub async fn project_exists(&mut self, project_id: &str) -> Result<bool, StoreError> {
         on_conn!(self, c, d => {
-            let row = sqlx::query(for_dialect(d, sql::PROJECT_EXISTS))
+            let row = sqlx::query(sql::PROJECT_EXISTS.text(d))
                 .bind(project_id)
                 .fetch_one(c)
                 .await?;
@@ -183,7 +183,7 @@ impl Attempt<'_> {
                 Dialect::Postgres => sql::FIND_CURRENT_PG,
                 Dialect::Sqlite => sql::FIND_CURRENT_SQLITE,
             };
-            let row = sqlx::query(for_dialect(d, text))
+            let row = sqlx::query(text.text(d))
                 .bind(project_id)
                 .bind(known)
                 .fetch_optional(c)
@@ -209,7 +209,7 @@ impl Attempt<'_> {
     /// One observation: the live heads and their generations (at most 129, in vector order).
     pub async fn observe(&mut self, project_id: &str) -> Result<Vec<ObservedHead>, StoreError> {
         on_conn!(self, c, d => {
-            Ok(sqlx::query_as(for_dialect(d, sql::OBSERVE_HEADS))
+            Ok(sqlx::query_as(sql::OBSERVE_HEADS.text(d))
                 .bind(project_id)
                 .fetch_all(c)
                 .await?)
@@ -266,14 +266,14 @@ impl Attempt<'_> {
         let to_i32 = |n: u64| i32::try_from(n).map_err(|e| StoreError::Other(e.to_string()));
         let (from, len) = (to_i32(offset + 1)?, to_i32(len)?);
         let row = match self {
-            Attempt::Pg(tx) => sqlx::query(sql::REVISION_SLICE)
+            Attempt::Pg(tx) => sqlx::query(sql::REVISION_SLICE.text(Dialect::Postgres))
                 .bind(revision_digest)
                 .bind(from)
                 .bind(len)
                 .fetch_optional(&mut **tx)
                 .await?
                 .map(RowOf::Pg),
-            Attempt::Lite(tx) => sqlx::query(for_dialect(Dialect::Sqlite, sql::REVISION_SLICE))
+            Attempt::Lite(tx) => sqlx::query(sql::REVISION_SLICE.text(Dialect::Sqlite))
                 .bind(revision_digest)
                 .bind(from)
                 .bind(len)
@@ -292,7 +292,7 @@ impl Attempt<'_> {
         rejection: &Rejection,
     ) -> Result<(), StoreError> {
         on_conn!(self, c, d => {
-            sqlx::query(for_dialect(d, sql::RECORD_REJECTION))
+            sqlx::query(sql::RECORD_REJECTION.text(d))
                 .bind(project_id)
                 .bind(vector_digest)
                 .bind(rejection.code.as_str())
@@ -307,7 +307,7 @@ impl Attempt<'_> {
     /// source rows; true when inserted.
     pub(super) async fn insert_rows(&mut self, s: &Snapshot) -> Result<bool, StoreError> {
         on_conn!(self, c, d => {
-            let inserted = sqlx::query(for_dialect(d, sql::INSERT_SNAPSHOT))
+            let inserted = sqlx::query(sql::INSERT_SNAPSHOT.text(d))
                 .bind(&s.project_id)
                 .bind(s.active_vector_digest.as_str())
                 .bind(s.definition_digest.as_str())
@@ -367,7 +367,7 @@ impl Attempt<'_> {
                 (Scope::Full, Dialect::Postgres) => sql::PENDING_PAGE_PG,
                 (Scope::Full, Dialect::Sqlite) => sql::PENDING_PAGE_SQLITE,
             };
-            let rows = sqlx::query(for_dialect(d, text))
+            let rows = sqlx::query(text.text(d))
                 .bind(after)
                 .bind(i64::from(limit))
                 .bind(through)
@@ -408,7 +408,7 @@ impl Attempt<'_> {
         project_id: &str,
     ) -> Result<Option<SnapshotHead>, StoreError> {
         on_conn!(self, c, d => {
-            Ok(sqlx::query_as(for_dialect(d, sql::NEWEST_SNAPSHOT))
+            Ok(sqlx::query_as(sql::NEWEST_SNAPSHOT.text(d))
                 .bind(project_id)
                 .fetch_optional(c)
                 .await?)
@@ -422,7 +422,7 @@ impl Attempt<'_> {
             Some(_) => sql::COUNT_SNAPSHOTS_OF_PROJECT,
         };
         let n: i64 = on_conn!(self, c, d => {
-            let mut query = sqlx::query_scalar(for_dialect(d, text));
+            let mut query = sqlx::query_scalar(text.text(d));
             if let Some(project_id) = project_id {
                 query = query.bind(project_id);
             }
@@ -446,7 +446,7 @@ impl Attempt<'_> {
         };
         let mut snapshots = on_conn!(self, c, d => {
             let mut query =
-                sqlx::query_as::<_, Decoded<StoredSnapshot>>(for_dialect(d, text))
+                sqlx::query_as::<_, Decoded<StoredSnapshot>>(text.text(d))
                     .bind(after_id)
                     .bind(max_bytes);
             if let Some(project_id) = project_id {

@@ -4,7 +4,7 @@
 use sqlx::Row;
 
 use crate::error::input;
-use crate::{Attempt, Store, StoreError, answered, on_conn, sql_for as q};
+use crate::{Attempt, Store, StoreError, answered, on_conn};
 use package_executor_core::model::GenerationStatus;
 
 /// Activates a generation (from `staged`, `activating` or `superseded`): the previous active
@@ -30,7 +30,7 @@ async fn activate_in(
 ) -> Result<(), StoreError> {
     on_conn!(a, c, d => {
         // Lock the head first, so concurrent activations of one installation serialise.
-        let head = sqlx::query(q(d, "UPDATE ql3.package_installations SET active_generation = active_generation WHERE installation_id = $1 RETURNING active_generation"))
+        let head = sqlx::query(crate::statement!("UPDATE ql3.package_installations SET active_generation = active_generation WHERE installation_id = $1 RETURNING active_generation").text(d))
             .bind(installation_id)
             .fetch_optional(&mut *c)
             .await?;
@@ -38,7 +38,7 @@ async fn activate_in(
             return Err(input(format!("installation {installation_id} does not exist; check the id")));
         };
         let current: Option<i64> = head.try_get("active_generation")?;
-        let target = sqlx::query(q(d, "SELECT g.status FROM ql3.package_generations AS g WHERE g.installation_id = $1 AND g.generation = $2"))
+        let target = sqlx::query(crate::statement!("SELECT g.status FROM ql3.package_generations AS g WHERE g.installation_id = $1 AND g.generation = $2").text(d))
             .bind(installation_id)
             .bind(generation)
             .fetch_optional(&mut *c)
@@ -58,18 +58,18 @@ async fn activate_in(
             )));
         }
         if let Some(prev) = current {
-            sqlx::query(q(d, "UPDATE ql3.package_generations SET status = 'superseded' WHERE installation_id = $1 AND generation = $2"))
+            sqlx::query(crate::statement!("UPDATE ql3.package_generations SET status = 'superseded' WHERE installation_id = $1 AND generation = $2").text(d))
                 .bind(installation_id)
                 .bind(prev)
                 .execute(&mut *c)
                 .await?;
         }
-        sqlx::query(q(d, "UPDATE ql3.package_generations SET status = 'active' WHERE installation_id = $1 AND generation = $2"))
+        sqlx::query(crate::statement!("UPDATE ql3.package_generations SET status = 'active' WHERE installation_id = $1 AND generation = $2").text(d))
             .bind(installation_id)
             .bind(generation)
             .execute(&mut *c)
             .await?;
-        sqlx::query(q(d, "UPDATE ql3.package_installations SET active_generation = $1 WHERE installation_id = $2"))
+        sqlx::query(crate::statement!("UPDATE ql3.package_installations SET active_generation = $1 WHERE installation_id = $2").text(d))
             .bind(generation)
             .bind(installation_id)
             .execute(&mut *c)
@@ -95,7 +95,7 @@ async fn remove_in(
     package_name: &str,
 ) -> Result<(), StoreError> {
     on_conn!(a, c, d => {
-        let head = sqlx::query(q(d, "UPDATE ql3.package_installations SET active_generation = active_generation WHERE project_id = $1 AND package_name = $2 RETURNING installation_id, active_generation AS previous"))
+        let head = sqlx::query(crate::statement!("UPDATE ql3.package_installations SET active_generation = active_generation WHERE project_id = $1 AND package_name = $2 RETURNING installation_id, active_generation AS previous").text(d))
             .bind(project_id)
             .bind(package_name)
             .fetch_optional(&mut *c)
@@ -103,7 +103,7 @@ async fn remove_in(
         let Some(head) = head else {
             return Err(input(format!("project {project_id} has no package {package_name}; check the names")));
         };
-        sqlx::query(q(d, "UPDATE ql3.package_installations SET active_generation = NULL WHERE project_id = $1 AND package_name = $2"))
+        sqlx::query(crate::statement!("UPDATE ql3.package_installations SET active_generation = NULL WHERE project_id = $1 AND package_name = $2").text(d))
             .bind(project_id)
             .bind(package_name)
             .execute(&mut *c)
@@ -111,7 +111,7 @@ async fn remove_in(
         let installation: String = head.try_get("installation_id")?;
         let previous: Option<i64> = head.try_get("previous")?;
         if let Some(prev) = previous {
-            sqlx::query(q(d, "UPDATE ql3.package_generations SET status = 'superseded' WHERE installation_id = $1 AND generation = $2"))
+            sqlx::query(crate::statement!("UPDATE ql3.package_generations SET status = 'superseded' WHERE installation_id = $1 AND generation = $2").text(d))
                 .bind(&installation)
                 .bind(prev)
                 .execute(&mut *c)

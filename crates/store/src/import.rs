@@ -15,7 +15,7 @@ use package_executor_core::model::Digest;
 use sqlx::{QueryBuilder, Row};
 
 use crate::error::input;
-use crate::{Attempt, Dialect, Store, StoreError, on_conn, sql_for};
+use crate::{Attempt, Dialect, Store, StoreError, on_conn};
 
 /// Rows per multi-row statement: 7 columns × 1,000 rows stays within both dialects' limits on
 /// bind parameters (65,535 on PostgreSQL, 32,766 on SQLite).
@@ -178,13 +178,6 @@ fn statement_chunks<T>(rows: &[T], max: usize) -> impl Iterator<Item = &[T]> {
     })
 }
 
-fn table(d: Dialect, name: &str) -> String {
-    match d {
-        Dialect::Postgres => format!("ql3.{name}"),
-        Dialect::Sqlite => name.to_owned(),
-    }
-}
-
 /// The rows of `rows` that are not stored yet; each stored one must pass `check` against its
 /// stored columns (a fixture never changes an immutable row). The one shape of the three
 /// compare-then-insert steps below, apart from their SQL.
@@ -211,7 +204,7 @@ macro_rules! select_by_keys {
         let mut b = QueryBuilder::<$db>::new(format!(
             "SELECT {} FROM {} WHERE {} IN (",
             $columns,
-            table($d, $table),
+            crate::statement!(concat!("ql3.", $table)).text($d),
             $key_column
         ));
         let mut list = b.separated(", ");
@@ -227,7 +220,11 @@ macro_rules! select_by_keys {
 /// [`ROWS_PER_STATEMENT`] rows of the few shapes [`statement_chunks`] makes.
 macro_rules! insert_rows {
     ($c:ident, $db:ident, $d:ident, $table:literal, $columns:literal, $rows:expr, |$row:ident, $r:ident| $bind:expr) => {{
-        let insert = format!("INSERT INTO {} ({}) ", table($d, $table), $columns);
+        let insert = format!(
+            "INSERT INTO {} ({}) ",
+            crate::statement!(concat!("ql3.", $table)).text($d),
+            $columns
+        );
         for part in statement_chunks($rows, ROWS_PER_STATEMENT) {
             let mut b = QueryBuilder::<$db>::new(insert.as_str());
             b.push_values(part, |mut $row, $r| {
@@ -240,7 +237,7 @@ macro_rules! insert_rows {
 
 async fn insert_projects(a: &mut Attempt<'_>, ids: &[&str]) -> Result<usize, StoreError> {
     on_conn!(a, c, d, Db => {
-        let mut b = QueryBuilder::<Db>::new(format!("INSERT INTO {} (project_id) ", table(d, "projects")));
+        let mut b = QueryBuilder::<Db>::new(crate::statement!("INSERT INTO ql3.projects (project_id) ").text(d));
         b.push_values(ids, |mut row, id| {
             row.push_bind(*id);
         });
@@ -273,11 +270,13 @@ async fn write_installations(
             // One row, as when a refused batch is written again row by row: a stored
             // installation of the same package under another id is named before the insert,
             // because on PostgreSQL nothing more can be read once an insert is refused.
-            let other: Option<String> = sqlx::query_scalar(sql_for(
-                d,
-                "SELECT i.installation_id FROM ql3.package_installations AS i
-                 WHERE i.project_id = $1 AND i.package_name = $2",
-            ))
+            let other: Option<String> = sqlx::query_scalar(
+                crate::statement!(
+                    "SELECT i.installation_id FROM ql3.package_installations AS i
+                     WHERE i.project_id = $1 AND i.package_name = $2"
+                )
+                .text(d),
+            )
             .bind(only.project_id.as_str())
             .bind(only.package_name.as_str())
             .fetch_optional(&mut *c)

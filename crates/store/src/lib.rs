@@ -4,6 +4,7 @@
 
 mod attempt;
 pub mod control;
+pub mod dialect;
 mod error;
 mod import;
 pub mod migrate;
@@ -26,6 +27,7 @@ use sqlx::{ConnectOptions as _, PgPool, SqlitePool};
 
 pub(crate) use attempt::on_conn;
 pub use attempt::{Attempt, RevisionBytes, Scope};
+pub use dialect::{Dialect, Statement};
 pub use error::StoreError;
 use primary::PgTarget;
 pub use primary::{Hosts, SessionAttrs, split_hosts};
@@ -34,7 +36,7 @@ pub use secrets::describe;
 pub use sqlite_file::SqliteUse;
 pub use steps::{Appending, ClaimStanding, Opening, Replay};
 /// The PostgreSQL pending-project query text (for benchmarks and EXPLAIN).
-pub const PENDING_PAGE_SQL: &str = sql::PENDING_PAGE_PG;
+pub const PENDING_PAGE_SQL: &str = sql::PENDING_PAGE_PG.text(Dialect::Postgres);
 /// The PostgreSQL open step's text (`$1` project, `$2`/`$3` claim), for tests and EXPLAIN.
 pub const OPEN_SQL: &str = sql::OPEN_PG;
 pub use queries::{
@@ -44,28 +46,6 @@ pub use queries::{
 use package_executor_core::defaults;
 use package_executor_core::model::GenerationStatus;
 use package_executor_core::planner::ActiveHead;
-
-/// Which SQL dialect a store speaks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Dialect {
-    /// PostgreSQL 15 or newer, objects in schema `ql3`.
-    Postgres,
-    /// SQLite, one file.
-    Sqlite,
-}
-
-impl Dialect {
-    /// The dialect a URL names, if any.
-    pub fn of_url(url: &str) -> Option<Self> {
-        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            Some(Self::Postgres)
-        } else if url.starts_with("sqlite:") {
-            Some(Self::Sqlite)
-        } else {
-            None
-        }
-    }
-}
 
 /// The product's name, for people: `PostgreSQL`, `SQLite`.
 impl std::fmt::Display for Dialect {
@@ -533,11 +513,6 @@ impl Store {
             );
         }
     }
-}
-
-/// The text of a `ql3.`-qualified query for a dialect (see the store's query texts).
-pub fn sql_for(dialect: Dialect, query: &'static str) -> &'static str {
-    sql::for_dialect(dialect, query)
 }
 
 #[cfg(test)]

@@ -1,34 +1,9 @@
-//! Query texts, written once with `ql3.`-qualified names. SQLite has no schemas, so
-//! [`for_dialect`] strips the qualifier there; everything else is shared SQL.
+//! Query texts, written once with `ql3.`-qualified names: a [`Statement`] where both dialects
+//! run it (rendered for each at compile time, see `dialect.rs`), a plain text where one alone
+//! does (`_PG`, and SQLite's own spellings).
 
-use std::collections::HashMap;
-use std::sync::{LazyLock, Mutex};
-
-use super::Dialect;
-
-/// The text of `query` for a dialect: `ql3.` stripped in SQLite, and the two spots where the
-/// dialects' functions differ (`LENGTH_FN`, `COMMITTED_AT`) filled in. Each text is made once.
-pub fn for_dialect(dialect: Dialect, query: &'static str) -> &'static str {
-    type Cache = Mutex<HashMap<(Dialect, usize), &'static str>>;
-    static CACHE: LazyLock<Cache> = LazyLock::new(|| Mutex::new(HashMap::new()));
-    let mut cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
-    // Keyed by address: every query is a distinct `&'static str` constant.
-    cache
-        .entry((dialect, query.as_ptr() as usize))
-        .or_insert_with(|| {
-            let text = match dialect {
-            Dialect::Postgres => query.replace("LENGTH_FN", "octet_length").replace(
-                "COMMITTED_AT",
-                "to_char(s.committed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')",
-            ),
-            Dialect::Sqlite => query
-                .replace("ql3.", "")
-                .replace("LENGTH_FN", "length")
-                .replace("COMMITTED_AT", "s.committed_at"),
-        };
-            Box::leak(text.into_boxed_str())
-        })
-}
+use crate::dialect::Statement;
+use crate::statement;
 
 /// Live heads of project `$1` joined to their generations, in vector order; at most 129 rows,
 /// which is all `too-many-packages` needs. `$columns`, `$join` and `$gate` add selected
@@ -56,7 +31,7 @@ LIMIT 129"
 }
 
 /// One observation (the first and second, and `explain`'s).
-pub const OBSERVE_HEADS: &str = heads_query!("", "", "");
+pub const OBSERVE_HEADS: Statement = statement!(heads_query!("", "", ""));
 
 /// `heads_query!` columns for each head's revision: its stored `byte_length` and the actual
 /// length of its content (by the dialect's `$length` function), never its bytes (NULL when
@@ -100,7 +75,7 @@ macro_rules! inline_column {
 /// `$2` (SQLite's open step; PostgreSQL's is part of [`OPEN_PG`]). The total is a subquery of
 /// its own, evaluated once: SQLite materialises a window's input rows with every column the
 /// select list uses, so a window sum here would read every revision whole, however large.
-pub const OBSERVE_WITH_LENGTHS: &str = heads_query!(
+pub const OBSERVE_WITH_LENGTHS: Statement = statement!(heads_query!(
     concat!(
         length_columns!("LENGTH_FN"),
         inline_column!(
@@ -115,7 +90,7 @@ pub const OBSERVE_WITH_LENGTHS: &str = heads_query!(
     ),
     length_join!(),
     ""
-);
+));
 
 /// Several revisions' bytes in one statement (PostgreSQL: `$1` a `text[]`), each never more
 /// than the 24 MiB limit; the content first, where [`RevisionBytes`](super::RevisionBytes) reads it.
@@ -127,9 +102,11 @@ WHERE r.revision_digest = ANY($1) AND octet_length(r.content) <= 25165824";
 /// both dialects). Large revisions are read this way. On PostgreSQL a slice reads only its own
 /// chunks (migration 0009 stores revisions uncompressed); SQLite loads the whole value to cut it,
 /// so slices there are larger and the memory budget counts the whole revision.
-pub const REVISION_SLICE: &str = "
+pub const REVISION_SLICE: Statement = statement!(
+    "
 SELECT substr(r.content, $2, $3) AS part FROM ql3.materialized_revisions AS r
-WHERE r.revision_digest = $1";
+WHERE r.revision_digest = $1"
+);
 
 /// [`REVISION_CONTENTS_PG`] in SQLite: `$1` a JSON array of digests.
 pub const REVISION_CONTENTS_SQLITE: &str = "
@@ -137,36 +114,42 @@ SELECT r.content, r.revision_digest FROM materialized_revisions AS r
 WHERE r.revision_digest IN (SELECT j.value FROM json_each($1) AS j) AND length(r.content) <= 25165824";
 
 /// Whether a project row exists.
-pub const PROJECT_EXISTS: &str =
-    "SELECT COUNT(*) AS n FROM ql3.projects AS p WHERE p.project_id = $1";
+pub const PROJECT_EXISTS: Statement =
+    statement!("SELECT COUNT(*) AS n FROM ql3.projects AS p WHERE p.project_id = $1");
 
 /// Records a rejection (once per project and vector).
-pub const RECORD_REJECTION: &str = "
+pub const RECORD_REJECTION: Statement = statement!("
 INSERT INTO ql3.tool_definition_snapshot_rejections (project_id, active_vector_digest, reason, detail)
-VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING";
+VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING");
 
 /// Appends a snapshot; both unique keys arbitrate (no conflict target).
-pub const INSERT_SNAPSHOT: &str = "
+pub const INSERT_SNAPSHOT: Statement = statement!(
+    "
 INSERT INTO ql3.tool_definition_snapshots
   (project_id, active_vector_digest, definition_digest, snapshot_digest, package_count,
    definition_count, canonical_json, source_key)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 ON CONFLICT DO NOTHING
-RETURNING snapshot_id";
+RETURNING snapshot_id"
+);
 
 /// The row an exact replay must match.
-pub const SNAPSHOT_BY_VECTOR: &str = "
+pub const SNAPSHOT_BY_VECTOR: Statement = statement!(
+    "
 SELECT s.snapshot_digest FROM ql3.tool_definition_snapshots AS s
-WHERE s.project_id = $1 AND s.active_vector_digest = $2";
+WHERE s.project_id = $1 AND s.active_vector_digest = $2"
+);
 
 /// The newest snapshot of a project, current or not (for `explain`).
-pub const NEWEST_SNAPSHOT: &str = "
+pub const NEWEST_SNAPSHOT: Statement = statement!(
+    "
 SELECT s.snapshot_id, s.snapshot_digest, s.active_vector_digest, s.definition_digest,
        COMMITTED_AT AS committed_at
 FROM ql3.tool_definition_snapshots AS s
 WHERE s.project_id = $1
 ORDER BY s.snapshot_id DESC
-LIMIT 1";
+LIMIT 1"
+);
 
 /// Snapshots in id order after `$1`, one page at a time (for `verify`): up to 16, and no more
 /// after the documents before a row already hold `$2` bytes, so a page of large documents
@@ -197,19 +180,22 @@ ORDER BY page.snapshot_id"
 }
 
 /// Every project's snapshots, a page at a time.
-pub const SNAPSHOT_PAGE: &str = snapshot_page!("");
+pub const SNAPSHOT_PAGE: Statement = statement!(snapshot_page!(""));
 
 /// How many snapshots are stored (for `verify`'s progress).
-pub const COUNT_SNAPSHOTS: &str =
-    "SELECT CAST(COUNT(*) AS BIGINT) AS n FROM ql3.tool_definition_snapshots AS s";
+pub const COUNT_SNAPSHOTS: Statement =
+    statement!("SELECT CAST(COUNT(*) AS BIGINT) AS n FROM ql3.tool_definition_snapshots AS s");
 
 /// How many snapshots project `$1` has.
-pub const COUNT_SNAPSHOTS_OF_PROJECT: &str = "SELECT CAST(COUNT(*) AS BIGINT) AS n \
-     FROM ql3.tool_definition_snapshots AS s WHERE s.project_id = $1";
+pub const COUNT_SNAPSHOTS_OF_PROJECT: Statement = statement!(
+    "SELECT CAST(COUNT(*) AS BIGINT) AS n \
+     FROM ql3.tool_definition_snapshots AS s WHERE s.project_id = $1"
+);
 
 /// One project's (`$3`) snapshots, a page at a time: its own statement, so that the project's
 /// index serves it (an `OR $3 IS NULL` form scanned every snapshot on SQLite).
-pub const SNAPSHOT_PAGE_OF_PROJECT: &str = snapshot_page!(" AND s.project_id = $3");
+pub const SNAPSHOT_PAGE_OF_PROJECT: Statement =
+    statement!(snapshot_page!(" AND s.project_id = $3"));
 
 /// The source rows of a page of snapshots, `$1` their ids, in one statement rather than one
 /// per snapshot (a round trip each on PostgreSQL).
@@ -298,11 +284,11 @@ macro_rules! proof {
 /// `find_current` in PostgreSQL: the migration's function, one statement. The document is
 /// left out (NULL) when the current snapshot's digest is `$2`, the one the caller holds (the
 /// conditional door); it is never read then.
-pub const FIND_CURRENT_PG: &str = "
+pub const FIND_CURRENT_PG: Statement = statement!("
 SELECT f.snapshot_id, f.snapshot_digest, f.active_vector_digest, f.definition_digest,
        CASE WHEN f.snapshot_digest = $2 THEN NULL ELSE f.canonical_json END AS canonical_json,
        to_char(f.committed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') AS committed_at
-FROM ql3.find_current_tool_snapshot($1) AS f";
+FROM ql3.find_current_tool_snapshot($1) AS f");
 
 /// The current snapshot's digest alone (PostgreSQL; the open step's currency check, in the
 /// transaction that holds the claim, so no other executor can publish in between).
@@ -333,18 +319,18 @@ WHERE (SELECT COUNT(*) FROM matches) = 1"
 
 /// `find_current` in SQLite: the same proof, one statement; more than one match is absent. The
 /// document is NULL, and never read, when the snapshot's digest is `$2` (as in PostgreSQL).
-pub const FIND_CURRENT_SQLITE: &str = find_current_sqlite!(
+pub const FIND_CURRENT_SQLITE: Statement = statement!(find_current_sqlite!(
     ", s.active_vector_digest, s.definition_digest,
      CASE WHEN s.snapshot_digest = $2 THEN NULL ELSE s.canonical_json END AS canonical_json,
      s.committed_at"
-);
+));
 
 /// SQLite's open step up to the observation, in one statement (the connection's worker thread
 /// is a hop per statement, and a hop costs more than these lookups): the project's mark
 /// version, the digest of the snapshot proven current (NULL when none is), and the recorded
 /// rejections as a JSON array of `[active_vector_digest, reason, detail]`. All of it is read
 /// in the attempt's transaction, so in the same database snapshot as the observation after it.
-pub const OPEN_SQLITE: &str = concat!(
+pub const OPEN_SQLITE: Statement = statement!(concat!(
     "
 SELECT (SELECT m.version FROM pending_projects AS m WHERE m.project_id = $1) AS mark_version,
        (SELECT c.snapshot_digest FROM (",
@@ -354,7 +340,7 @@ SELECT (SELECT m.version FROM pending_projects AS m WHERE m.project_id = $1) AS 
        (SELECT json_group_array(json_array(r.active_vector_digest, r.reason, r.detail))
         FROM tool_definition_snapshot_rejections AS r
         WHERE r.project_id = $1) AS rejections"
-);
+));
 
 /// Pending projects after a cursor, in byte order: those without a current snapshot. In
 /// PostgreSQL the proof is the migration's function (inlined by the planner), asked only for
@@ -363,33 +349,37 @@ SELECT (SELECT m.version FROM pending_projects AS m WHERE m.project_id = $1) AS 
 ///
 /// `$3`, when not NULL, ends the keyset at that id (inclusive), so that several pages can walk
 /// disjoint ranges at once (see [`SPLIT_POINTS_PG`]).
-pub const PENDING_PAGE_PG: &str = "
+pub const PENDING_PAGE_PG: Statement = statement!(
+    "
 SELECT p0.project_id FROM ql3.projects AS p0
 WHERE p0.project_id > $1 AND ($3::text IS NULL OR p0.project_id <= $3)
   AND (NOT EXISTS (SELECT 1 FROM ql3.tool_definition_snapshots AS s
                    WHERE s.project_id = p0.project_id)
        OR NOT EXISTS (SELECT 1 FROM ql3.find_current_tool_snapshot(p0.project_id) AS f))
 ORDER BY p0.project_id
-LIMIT $2";
+LIMIT $2"
+);
 
 /// Marked projects after a cursor, in byte order (the pending index, contract section 9): what
 /// a run looks at unless it is a full scan. Only ids that are still projects.
-pub const MARKED_PAGE: &str = "
+pub const MARKED_PAGE: Statement = statement!(
+    "
 SELECT m.project_id FROM ql3.pending_projects AS m
 JOIN ql3.projects AS p0 ON p0.project_id = m.project_id
 WHERE m.project_id > $1 AND (CAST($3 AS TEXT) IS NULL OR m.project_id <= $3)
 ORDER BY m.project_id
-LIMIT $2";
+LIMIT $2"
+);
 
 /// A project's mark, if any: its version.
-pub const MARK_VERSION: &str =
-    "SELECT m.version FROM ql3.pending_projects AS m WHERE m.project_id = $1";
+pub const MARK_VERSION: Statement =
+    statement!("SELECT m.version FROM ql3.pending_projects AS m WHERE m.project_id = $1");
 
 /// Clears a project's mark if it still holds the version read before the build (`$2`); a
 /// change since gave it a new version, and it stays. SQLite's text; PostgreSQL's is
 /// [`CLEAR_MARK_PG`].
-pub const CLEAR_MARK: &str =
-    "DELETE FROM ql3.pending_projects WHERE project_id = $1 AND version = $2";
+pub const CLEAR_MARK: Statement =
+    statement!("DELETE FROM ql3.pending_projects WHERE project_id = $1 AND version = $2");
 
 /// [`CLEAR_MARK`] in PostgreSQL: through the migration's function, since the executor's role
 /// has no DELETE on the index (a DELETE grant would let it lock the whole table).
@@ -410,7 +400,7 @@ SELECT EXISTS (SELECT 1 FROM ql3.project_claims AS k0 WHERE k0.project_id = $1) 
        EXISTS (SELECT 1 FROM ql3.find_current_tool_snapshot($1) AS f) AS current";
 
 /// Pending projects after a cursor, SQLite: the same proof as `FIND_CURRENT_SQLITE`.
-pub const PENDING_PAGE_SQLITE: &str = concat!(
+pub const PENDING_PAGE_SQLITE: Statement = statement!(concat!(
     "
 SELECT p0.project_id FROM ql3.projects AS p0
 WHERE p0.project_id > $1 AND ($3 IS NULL OR p0.project_id <= $3)
@@ -419,7 +409,7 @@ WHERE p0.project_id > $1 AND ($3 IS NULL OR p0.project_id <= $3)
     ")
 ORDER BY p0.project_id
 LIMIT $2"
-);
+));
 
 /// Project ids that split the keyset into parts of about equal size, at the fractions `$1`
 /// (PostgreSQL; one sort of the ids, which costs far less than the proofs of a pending scan).
@@ -546,7 +536,9 @@ FROM clr CROSS JOIN (",
 );
 
 /// Every rejection recorded for a project.
-pub const PROJECT_REJECTIONS: &str = "
+pub const PROJECT_REJECTIONS: Statement = statement!(
+    "
 SELECT r.active_vector_digest, r.reason, r.detail
 FROM ql3.tool_definition_snapshot_rejections AS r
-WHERE r.project_id = $1";
+WHERE r.project_id = $1"
+);

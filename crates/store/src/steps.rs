@@ -153,7 +153,7 @@ impl Attempt<'_> {
             }
             Attempt::Lite(tx) => {
                 // One writer per file: the claim always succeeds.
-                let row = sqlx::query(sql::for_dialect(Dialect::Sqlite, sql::OPEN_SQLITE))
+                let row = sqlx::query(sql::OPEN_SQLITE.text(Dialect::Sqlite))
                     .bind(project_id)
                     .fetch_one(&mut **tx)
                     .await?;
@@ -201,7 +201,7 @@ impl Attempt<'_> {
         inline: Option<u64>,
     ) -> Result<(Vec<ObservedHead>, HashMap<String, StoredLength>, Inline), StoreError> {
         super::on_conn!(self, c, d => {
-            let rows = sqlx::query(sql::for_dialect(d, sql::OBSERVE_WITH_LENGTHS))
+            let rows = sqlx::query(sql::OBSERVE_WITH_LENGTHS.text(d))
                 .bind(project_id)
                 .bind(cap(inline))
                 .fetch_all(c)
@@ -230,7 +230,7 @@ impl Attempt<'_> {
         project_id: &str,
     ) -> Result<HashMap<String, RecordedRejection>, StoreError> {
         super::on_conn!(self, c, d => {
-            let rows = sqlx::query(sql::for_dialect(d, sql::PROJECT_REJECTIONS))
+            let rows = sqlx::query(sql::PROJECT_REJECTIONS.text(d))
                 .bind(project_id)
                 .fetch_all(c)
                 .await?;
@@ -251,7 +251,7 @@ impl Attempt<'_> {
     /// The version of a project's mark in the pending index, if it is marked.
     pub async fn mark_version(&mut self, project_id: &str) -> Result<Option<i64>, StoreError> {
         super::on_conn!(self, c, d => {
-            Ok(sqlx::query_scalar(sql::for_dialect(d, sql::MARK_VERSION))
+            Ok(sqlx::query_scalar(sql::MARK_VERSION.text(d))
                 .bind(project_id)
                 .fetch_optional(c)
                 .await?)
@@ -289,7 +289,7 @@ impl Attempt<'_> {
         super::on_conn!(self, c, d => {
             let text = match d {
                 Dialect::Postgres => sql::CLEAR_MARK_PG,
-                Dialect::Sqlite => sql::for_dialect(d, sql::CLEAR_MARK),
+                Dialect::Sqlite => sql::CLEAR_MARK.text(d),
             };
             sqlx::query(text)
                 .bind(project_id)
@@ -351,7 +351,7 @@ impl Attempt<'_> {
     /// is an exact replay; a different one is `replay-mismatch`.
     pub async fn replay_outcome(&mut self, s: &Snapshot) -> Result<Replay, StoreError> {
         super::on_conn!(self, c, d => {
-            let existing = sqlx::query(sql::for_dialect(d, sql::SNAPSHOT_BY_VECTOR))
+            let existing = sqlx::query(sql::SNAPSHOT_BY_VECTOR.text(d))
                 .bind(&s.project_id)
                 .bind(s.active_vector_digest.as_str())
                 .fetch_optional(c)

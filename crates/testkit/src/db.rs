@@ -13,12 +13,9 @@ pub async fn connect(url: &str) -> Store {
         .expect("connect")
 }
 
-/// SQL written with `ql3.` names, for the store's dialect (SQLite has no schema).
+/// SQL written with `ql3.` names, for the store's dialect (the store's own renderer).
 fn in_dialect(store: &Store, text: &str) -> String {
-    match store.dialect() {
-        Dialect::Postgres => text.to_owned(),
-        Dialect::Sqlite => text.replace("ql3.", ""),
-    }
+    store.dialect().render(text).into_owned()
 }
 
 /// Runs one statement written with `ql3.` names (stripped for SQLite); returns the error text.

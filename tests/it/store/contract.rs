@@ -1844,10 +1844,12 @@ async fn stored_digests(store: &Store) -> Vec<(String, String, String, String, V
                 canonical_json FROM ql3.tool_definition_snapshots ORDER BY snapshot_digest";
     match (store.pg_pool(), store.sqlite_pool()) {
         (Some(p), _) => sqlx::query_as(text).fetch_all(&p).await.unwrap(),
-        (_, Some(p)) => sqlx::query_as(sqlx::AssertSqlSafe(text.replace("ql3.", "")))
-            .fetch_all(p)
-            .await
-            .unwrap(),
+        (_, Some(p)) => sqlx::query_as(sqlx::AssertSqlSafe(
+            Dialect::Sqlite.render(text).into_owned(),
+        ))
+        .fetch_all(p)
+        .await
+        .unwrap(),
         _ => unreachable!(),
     }
 }

@@ -8,7 +8,7 @@ use package_executor_testkit::pg;
 use std::time::Duration;
 
 use db::*;
-use package_executor::store::sql;
+use package_executor::store::{Dialect, sql};
 use sqlx::{Acquire, PgConnection};
 
 /// Tables a per-project statement must never scan.
@@ -25,12 +25,12 @@ fn statements() -> [(&'static str, &'static str); 8] {
     [
         ("open", sql::OPEN_PG),
         ("current digest", sql::CURRENT_DIGEST_PG),
-        ("find current", sql::FIND_CURRENT_PG),
+        ("find current", sql::FIND_CURRENT_PG.text(Dialect::Postgres)),
         ("append", sql::APPEND_PG),
-        ("replay", sql::SNAPSHOT_BY_VECTOR),
+        ("replay", sql::SNAPSHOT_BY_VECTOR.text(Dialect::Postgres)),
         ("clear mark", sql::CLEAR_MARK_PG),
         ("claim standing", sql::CLAIM_STANDING_PG),
-        ("marked page", sql::MARKED_PAGE),
+        ("marked page", sql::MARKED_PAGE.text(Dialect::Postgres)),
     ]
 }
 
@@ -134,7 +134,7 @@ async fn sqlite_finds_candidates_by_key() {
                 ("open", sql::OPEN_SQLITE),
                 ("pending page", sql::PENDING_PAGE_SQLITE),
             ] {
-                let text = sql::for_dialect(package_executor::store::Dialect::Sqlite, text);
+                let text = text.text(package_executor::store::Dialect::Sqlite);
                 let rows: Vec<(i64, i64, i64, String)> =
                     sqlx::query_as(sqlx::AssertSqlSafe(format!("EXPLAIN QUERY PLAN {text}")))
                         .fetch_all(&pool)
@@ -275,7 +275,7 @@ mod on_postgres {
                 failures.extend(keyed(&door, &format!("the consumer's door, {state}")));
                 let mut conn = exec_pool.acquire().await.unwrap();
                 for (name, text) in [
-                    ("find current", sql::FIND_CURRENT_PG),
+                    ("find current", sql::FIND_CURRENT_PG.text(Dialect::Postgres)),
                     ("current digest", sql::CURRENT_DIGEST_PG),
                 ] {
                     let plan = generic_plan(&mut conn, text).await;

@@ -64,10 +64,12 @@ async fn approvals_cannot_change_under_a_snapshot(admin: &Store, control: Contro
                    WHERE installation_id = 'demo-2-slack' AND generation = 1";
     let (gd, ld, rd): (String, String, String) = match (admin.pg_pool(), admin.sqlite_pool()) {
         (Some(p), _) => sqlx::query_as(digests).fetch_one(&p).await.unwrap(),
-        (_, Some(p)) => sqlx::query_as(sqlx::AssertSqlSafe(digests.replace("ql3.", "")))
-            .fetch_one(p)
-            .await
-            .unwrap(),
+        (_, Some(p)) => sqlx::query_as(sqlx::AssertSqlSafe(
+            Dialect::Sqlite.render(digests).into_owned(),
+        ))
+        .fetch_one(p)
+        .await
+        .unwrap(),
         _ => unreachable!(),
     };
     let copy = |permissions: &str| {
@@ -125,7 +127,7 @@ impl ControlPlane {
                 let mut conn = pool.acquire().await.unwrap();
                 let mut tx = conn.begin().await.unwrap();
                 for s in statements {
-                    let s = s.replace("ql3.", "");
+                    let s = Dialect::Sqlite.render(s).into_owned();
                     if let Err(e) = sqlx::raw_sql(sqlx::AssertSqlSafe(s))
                         .execute(&mut *tx)
                         .await
