@@ -81,13 +81,15 @@ pub enum Scope {
 }
 
 /// Runs `$body` with `$c` bound to the connection and `$d` to the dialect, for either arm, so
-/// one query text and one row mapping serve both dialects; with a fourth name, `$db` is also
-/// the arm's sqlx database type, so one query builder serves both.
+/// one query text and one row mapping serve both dialects; with a third name, `$db` is also
+/// the arm's sqlx database type, so one query builder serves both. Written like a closure
+/// (`on_conn!(a, |c, d| { … })`) so that rustfmt formats the body; it is not one: the body is
+/// compiled once per arm, against that arm's connection type.
 macro_rules! on_conn {
-    ($self:ident, $c:ident, $d:ident => $body:expr) => {
-        $crate::attempt::on_conn!($self, $c, $d, _Db => $body)
+    ($self:ident, |$c:ident, $d:ident| $body:expr) => {
+        $crate::attempt::on_conn!($self, |$c, $d, _Db| $body)
     };
-    ($self:ident, $c:ident, $d:ident, $db:ident => $body:expr) => {
+    ($self:ident, |$c:ident, $d:ident, $db:ident| $body:expr) => {
         match $self {
             Attempt::Pg(tx) => {
                 #[allow(dead_code)]
@@ -138,7 +140,7 @@ impl Attempt<'_> {
 
     /// Runs one statement of fixed text, without parameters or rows (`SAVEPOINT`, `SET`).
     pub async fn execute_text(&mut self, text: &'static str) -> Result<(), StoreError> {
-        on_conn!(self, c, _d => {
+        on_conn!(self, |c, _d| {
             sqlx::query(text).execute(c).await?;
             Ok(())
         })
@@ -146,7 +148,7 @@ impl Attempt<'_> {
 
     /// Whether the project row exists.
     pub async fn project_exists(&mut self, project_id: &str) -> Result<bool, StoreError> {
-        on_conn!(self, c, d => {
+        on_conn!(self, |c, d| {
             let row = sqlx::query(sql::PROJECT_EXISTS.text(d))
                 .bind(project_id)
                 .fetch_one(c)
@@ -178,7 +180,7 @@ impl Attempt<'_> {
         project_id: &str,
         known: Option<&str>,
     ) -> Result<Option<Current>, StoreError> {
-        on_conn!(self, c, d => {
+        on_conn!(self, |c, d| {
             let text = match d {
                 Dialect::Postgres => sql::FIND_CURRENT_PG,
                 Dialect::Sqlite => sql::FIND_CURRENT_SQLITE,
@@ -192,23 +194,25 @@ impl Attempt<'_> {
                 return Ok(None);
             };
             let head = <SnapshotHead as sqlx::FromRow<_>>::from_row(&r)?;
-            Ok(Some(match r.try_get::<Option<Vec<u8>>, _>("canonical_json")? {
-                None => Current::Unchanged(head),
-                Some(canonical_json) => Current::Changed(CurrentSnapshot {
-                    snapshot_id: head.snapshot_id,
-                    snapshot_digest: head.snapshot_digest,
-                    active_vector_digest: head.active_vector_digest,
-                    definition_digest: head.definition_digest,
-                    canonical_json,
-                    committed_at: head.committed_at,
-                }),
-            }))
+            Ok(Some(
+                match r.try_get::<Option<Vec<u8>>, _>("canonical_json")? {
+                    None => Current::Unchanged(head),
+                    Some(canonical_json) => Current::Changed(CurrentSnapshot {
+                        snapshot_id: head.snapshot_id,
+                        snapshot_digest: head.snapshot_digest,
+                        active_vector_digest: head.active_vector_digest,
+                        definition_digest: head.definition_digest,
+                        canonical_json,
+                        committed_at: head.committed_at,
+                    }),
+                },
+            ))
         })
     }
 
     /// One observation: the live heads and their generations (at most 129, in vector order).
     pub async fn observe(&mut self, project_id: &str) -> Result<Vec<ObservedHead>, StoreError> {
-        on_conn!(self, c, d => {
+        on_conn!(self, |c, d| {
             Ok(sqlx::query_as(sql::OBSERVE_HEADS.text(d))
                 .bind(project_id)
                 .fetch_all(c)
@@ -291,7 +295,7 @@ impl Attempt<'_> {
         vector_digest: &str,
         rejection: &Rejection,
     ) -> Result<(), StoreError> {
-        on_conn!(self, c, d => {
+        on_conn!(self, |c, d| {
             sqlx::query(sql::RECORD_REJECTION.text(d))
                 .bind(project_id)
                 .bind(vector_digest)
@@ -306,7 +310,7 @@ impl Attempt<'_> {
     /// Inserts the snapshot row (`ON CONFLICT DO NOTHING`) and, when it was inserted, its
     /// source rows; true when inserted.
     pub(super) async fn insert_rows(&mut self, s: &Snapshot) -> Result<bool, StoreError> {
-        on_conn!(self, c, d => {
+        on_conn!(self, |c, d| {
             let inserted = sqlx::query(sql::INSERT_SNAPSHOT.text(d))
                 .bind(&s.project_id)
                 .bind(s.active_vector_digest.as_str())
@@ -361,7 +365,7 @@ impl Attempt<'_> {
                 .execute(&mut **tx)
                 .await?;
         }
-        on_conn!(self, c, d => {
+        on_conn!(self, |c, d| {
             let text = match (scope, d) {
                 (Scope::Marked, _) => sql::MARKED_PAGE,
                 (Scope::Full, Dialect::Postgres) => sql::PENDING_PAGE_PG,
@@ -373,7 +377,12 @@ impl Attempt<'_> {
                 .bind(through)
                 .fetch_all(c)
                 .await?;
-            rows.iter().map(|r| r.try_get::<String, _>("project_id").map_err(StoreError::from)).collect()
+            rows.iter()
+                .map(|r| {
+                    r.try_get::<String, _>("project_id")
+                        .map_err(StoreError::from)
+                })
+                .collect()
         })
     }
 
@@ -407,7 +416,7 @@ impl Attempt<'_> {
         &mut self,
         project_id: &str,
     ) -> Result<Option<SnapshotHead>, StoreError> {
-        on_conn!(self, c, d => {
+        on_conn!(self, |c, d| {
             Ok(sqlx::query_as(sql::NEWEST_SNAPSHOT.text(d))
                 .bind(project_id)
                 .fetch_optional(c)
@@ -421,7 +430,7 @@ impl Attempt<'_> {
             None => sql::COUNT_SNAPSHOTS,
             Some(_) => sql::COUNT_SNAPSHOTS_OF_PROJECT,
         };
-        let n: i64 = on_conn!(self, c, d => {
+        let n: i64 = on_conn!(self, |c, d| {
             let mut query = sqlx::query_scalar(text.text(d));
             if let Some(project_id) = project_id {
                 query = query.bind(project_id);
@@ -444,11 +453,10 @@ impl Attempt<'_> {
             None => sql::SNAPSHOT_PAGE,
             Some(_) => sql::SNAPSHOT_PAGE_OF_PROJECT,
         };
-        let mut snapshots = on_conn!(self, c, d => {
-            let mut query =
-                sqlx::query_as::<_, Decoded<StoredSnapshot>>(text.text(d))
-                    .bind(after_id)
-                    .bind(max_bytes);
+        let mut snapshots = on_conn!(self, |c, d| {
+            let mut query = sqlx::query_as::<_, Decoded<StoredSnapshot>>(text.text(d))
+                .bind(after_id)
+                .bind(max_bytes);
             if let Some(project_id) = project_id {
                 query = query.bind(project_id);
             }

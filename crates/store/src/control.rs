@@ -4,6 +4,7 @@
 use sqlx::Row;
 
 use crate::error::input;
+use crate::sql;
 use crate::{Attempt, Store, StoreError, answered, on_conn};
 use package_executor_core::model::GenerationStatus;
 
@@ -28,26 +29,31 @@ async fn activate_in(
     installation_id: &str,
     generation: i64,
 ) -> Result<(), StoreError> {
-    on_conn!(a, c, d => {
+    on_conn!(a, |c, d| {
         // Lock the head first, so concurrent activations of one installation serialise.
-        let head = sqlx::query(crate::statement!("UPDATE ql3.package_installations SET active_generation = active_generation WHERE installation_id = $1 RETURNING active_generation").text(d))
+        let head = sqlx::query(sql::LOCK_INSTALLATION.text(d))
             .bind(installation_id)
             .fetch_optional(&mut *c)
             .await?;
         let Some(head) = head else {
-            return Err(input(format!("installation {installation_id} does not exist; check the id")));
+            return Err(input(format!(
+                "installation {installation_id} does not exist; check the id"
+            )));
         };
         let current: Option<i64> = head.try_get("active_generation")?;
-        let target = sqlx::query(crate::statement!("SELECT g.status FROM ql3.package_generations AS g WHERE g.installation_id = $1 AND g.generation = $2").text(d))
+        let target = sqlx::query(sql::GENERATION_STATUS.text(d))
             .bind(installation_id)
             .bind(generation)
             .fetch_optional(&mut *c)
             .await?;
         let Some(target) = target else {
-            return Err(input(format!("installation {installation_id} has no generation {generation}; import it first")));
+            return Err(input(format!(
+                "installation {installation_id} has no generation {generation}; import it first"
+            )));
         };
         let status = crate::rows::status(target.try_get("status")?)?;
-        let status = status.ok_or_else(|| StoreError::Other("a generation row without a status".into()))?;
+        let status =
+            status.ok_or_else(|| StoreError::Other("a generation row without a status".into()))?;
         if status == GenerationStatus::Active && current == Some(generation) {
             return Ok(());
         }
@@ -58,18 +64,18 @@ async fn activate_in(
             )));
         }
         if let Some(prev) = current {
-            sqlx::query(crate::statement!("UPDATE ql3.package_generations SET status = 'superseded' WHERE installation_id = $1 AND generation = $2").text(d))
+            sqlx::query(sql::SUPERSEDE.text(d))
                 .bind(installation_id)
                 .bind(prev)
                 .execute(&mut *c)
                 .await?;
         }
-        sqlx::query(crate::statement!("UPDATE ql3.package_generations SET status = 'active' WHERE installation_id = $1 AND generation = $2").text(d))
+        sqlx::query(sql::MARK_ACTIVE.text(d))
             .bind(installation_id)
             .bind(generation)
             .execute(&mut *c)
             .await?;
-        sqlx::query(crate::statement!("UPDATE ql3.package_installations SET active_generation = $1 WHERE installation_id = $2").text(d))
+        sqlx::query(sql::POINT_HEAD.text(d))
             .bind(generation)
             .bind(installation_id)
             .execute(&mut *c)
@@ -94,16 +100,18 @@ async fn remove_in(
     project_id: &str,
     package_name: &str,
 ) -> Result<(), StoreError> {
-    on_conn!(a, c, d => {
-        let head = sqlx::query(crate::statement!("UPDATE ql3.package_installations SET active_generation = active_generation WHERE project_id = $1 AND package_name = $2 RETURNING installation_id, active_generation AS previous").text(d))
+    on_conn!(a, |c, d| {
+        let head = sqlx::query(sql::LOCK_PACKAGE.text(d))
             .bind(project_id)
             .bind(package_name)
             .fetch_optional(&mut *c)
             .await?;
         let Some(head) = head else {
-            return Err(input(format!("project {project_id} has no package {package_name}; check the names")));
+            return Err(input(format!(
+                "project {project_id} has no package {package_name}; check the names"
+            )));
         };
-        sqlx::query(crate::statement!("UPDATE ql3.package_installations SET active_generation = NULL WHERE project_id = $1 AND package_name = $2").text(d))
+        sqlx::query(sql::CLEAR_HEAD.text(d))
             .bind(project_id)
             .bind(package_name)
             .execute(&mut *c)
@@ -111,7 +119,7 @@ async fn remove_in(
         let installation: String = head.try_get("installation_id")?;
         let previous: Option<i64> = head.try_get("previous")?;
         if let Some(prev) = previous {
-            sqlx::query(crate::statement!("UPDATE ql3.package_generations SET status = 'superseded' WHERE installation_id = $1 AND generation = $2").text(d))
+            sqlx::query(sql::SUPERSEDE.text(d))
                 .bind(&installation)
                 .bind(prev)
                 .execute(&mut *c)

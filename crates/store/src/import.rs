@@ -236,8 +236,10 @@ macro_rules! insert_rows {
 }
 
 async fn insert_projects(a: &mut Attempt<'_>, ids: &[&str]) -> Result<usize, StoreError> {
-    on_conn!(a, c, d, Db => {
-        let mut b = QueryBuilder::<Db>::new(crate::statement!("INSERT INTO ql3.projects (project_id) ").text(d));
+    on_conn!(a, |c, d, Db| {
+        let mut b = QueryBuilder::<Db>::new(
+            crate::statement!("INSERT INTO ql3.projects (project_id) ").text(d),
+        );
         b.push_values(ids, |mut row, id| {
             row.push_bind(*id);
         });
@@ -252,17 +254,34 @@ async fn write_installations(
     a: &mut Attempt<'_>,
     rows: &[&InstallationRow],
 ) -> Result<usize, StoreError> {
-    on_conn!(a, c, d, Db => {
-        let found = select_by_keys!(c, Db, d, "installation_id, project_id, package_name",
-            "package_installations", "installation_id", rows, |r| r.installation_id.as_str());
+    on_conn!(a, |c, d, Db| {
+        let found = select_by_keys!(
+            c,
+            Db,
+            d,
+            "installation_id, project_id, package_name",
+            "package_installations",
+            "installation_id",
+            rows,
+            |r| r.installation_id.as_str()
+        );
         let mut stored = HashMap::new();
         for r in found {
             let id: String = r.try_get("installation_id")?;
-            stored.insert(id, (r.try_get::<String, _>("project_id")?, r.try_get::<String, _>("package_name")?));
+            stored.insert(
+                id,
+                (
+                    r.try_get::<String, _>("project_id")?,
+                    r.try_get::<String, _>("package_name")?,
+                ),
+            );
         }
-        let missing = unstored(rows, &stored, |r| r.installation_id.clone(), |r, (project, package)| {
-            installation_conflict(r, project, package)
-        })?;
+        let missing = unstored(
+            rows,
+            &stored,
+            |r| r.installation_id.clone(),
+            |r, (project, package)| installation_conflict(r, project, package),
+        )?;
         if missing.is_empty() {
             return Ok(0);
         }
@@ -289,13 +308,20 @@ async fn write_installations(
                 )));
             }
         }
-        insert_rows!(c, Db, d, "package_installations",
-            "installation_id, project_id, package_name, active_generation", &missing, |row, r| {
-            row.push_bind(r.installation_id.as_str())
-                .push_bind(r.project_id.as_str())
-                .push_bind(r.package_name.as_str())
-                .push_bind(r.active)
-        });
+        insert_rows!(
+            c,
+            Db,
+            d,
+            "package_installations",
+            "installation_id, project_id, package_name, active_generation",
+            &missing,
+            |row, r| {
+                row.push_bind(r.installation_id.as_str())
+                    .push_bind(r.project_id.as_str())
+                    .push_bind(r.package_name.as_str())
+                    .push_bind(r.active)
+            }
+        );
         Ok(missing.len())
     })
 }
@@ -303,32 +329,54 @@ async fn write_installations(
 /// Compares the stored revisions among `rows` by the digest of their bytes (computed by the
 /// server on PostgreSQL, so stored bytes never travel back), then inserts the others.
 async fn write_revisions(a: &mut Attempt<'_>, rows: &[&RevisionRow]) -> Result<usize, StoreError> {
-    on_conn!(a, c, d, Db => {
+    on_conn!(a, |c, d, Db| {
         let content = match d {
             Dialect::Postgres => "'sha256:' || encode(sha256(content), 'hex') AS content_digest",
             Dialect::Sqlite => "content",
         };
-        let found = select_by_keys!(c, Db, d, format!("revision_digest, {content}"),
-            "materialized_revisions", "revision_digest", rows, |r| r.key.as_str());
+        let found = select_by_keys!(
+            c,
+            Db,
+            d,
+            format!("revision_digest, {content}"),
+            "materialized_revisions",
+            "revision_digest",
+            rows,
+            |r| r.key.as_str()
+        );
         let mut stored = HashMap::new();
         for r in found {
             let key: String = r.try_get("revision_digest")?;
             let digest = match d {
                 Dialect::Postgres => r.try_get::<String, _>("content_digest")?,
-                Dialect::Sqlite => Digest::of(r.try_get::<&[u8], _>("content")?).as_str().to_owned(),
+                Dialect::Sqlite => Digest::of(r.try_get::<&[u8], _>("content")?)
+                    .as_str()
+                    .to_owned(),
             };
             stored.insert(key, digest);
         }
-        let missing = unstored(rows, &stored, |r| r.key.clone(), |r, digest| revision_conflict(r, digest))?;
+        let missing = unstored(
+            rows,
+            &stored,
+            |r| r.key.clone(),
+            |r, digest| revision_conflict(r, digest),
+        )?;
         if missing.is_empty() {
             return Ok(0);
         }
-        insert_rows!(c, Db, d, "materialized_revisions", "revision_digest, content, byte_length",
-            &missing, |row, r| {
-            row.push_bind(r.key.as_str())
-                .push_bind(r.bytes.as_slice())
-                .push_bind(r.bytes.len() as i64)
-        });
+        insert_rows!(
+            c,
+            Db,
+            d,
+            "materialized_revisions",
+            "revision_digest, content, byte_length",
+            &missing,
+            |row, r| {
+                row.push_bind(r.key.as_str())
+                    .push_bind(r.bytes.as_slice())
+                    .push_bind(r.bytes.len() as i64)
+            }
+        );
         Ok(missing.len())
     })
 }
@@ -339,10 +387,17 @@ async fn write_generations(
     a: &mut Attempt<'_>,
     rows: &[&GenerationRow],
 ) -> Result<usize, StoreError> {
-    on_conn!(a, c, d, Db => {
-        let found = select_by_keys!(c, Db, d,
+    on_conn!(a, |c, d, Db| {
+        let found = select_by_keys!(
+            c,
+            Db,
+            d,
             "installation_id, generation, generation_digest, lock_digest, revision_digest, approved_permissions",
-            "package_generations", "installation_id", rows, |r| r.installation_id.as_str());
+            "package_generations",
+            "installation_id",
+            rows,
+            |r| r.installation_id.as_str()
+        );
         let mut stored = HashMap::new();
         for r in found {
             let key: (String, i64) = (r.try_get("installation_id")?, r.try_get("generation")?);
@@ -354,23 +409,32 @@ async fn write_generations(
             );
             stored.insert(key, columns);
         }
-        let missing = unstored(rows, &stored, |r| (r.installation_id.clone(), r.generation), |r, (g, l, rd, p)| {
-            generation_conflict(r, (g, l, rd, p))
-        })?;
+        let missing = unstored(
+            rows,
+            &stored,
+            |r| (r.installation_id.clone(), r.generation),
+            |r, (g, l, rd, p)| generation_conflict(r, (g, l, rd, p)),
+        )?;
         if missing.is_empty() {
             return Ok(0);
         }
-        insert_rows!(c, Db, d, "package_generations",
+        insert_rows!(
+            c,
+            Db,
+            d,
+            "package_generations",
             "installation_id, generation, status, generation_digest, lock_digest, revision_digest, approved_permissions",
-            &missing, |row, r| {
-            row.push_bind(r.installation_id.as_str())
-                .push_bind(r.generation)
-                .push_bind(r.status.as_str())
-                .push_bind(r.generation_digest.as_str())
-                .push_bind(r.lock_digest.as_str())
-                .push_bind(r.revision_digest.as_str())
-                .push_bind(r.approved_permissions.as_str())
-        });
+            &missing,
+            |row, r| {
+                row.push_bind(r.installation_id.as_str())
+                    .push_bind(r.generation)
+                    .push_bind(r.status.as_str())
+                    .push_bind(r.generation_digest.as_str())
+                    .push_bind(r.lock_digest.as_str())
+                    .push_bind(r.revision_digest.as_str())
+                    .push_bind(r.approved_permissions.as_str())
+            }
+        );
         Ok(missing.len())
     })
 }

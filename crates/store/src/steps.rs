@@ -200,7 +200,7 @@ impl Attempt<'_> {
         project_id: &str,
         inline: Option<u64>,
     ) -> Result<(Vec<ObservedHead>, HashMap<String, StoredLength>, Inline), StoreError> {
-        super::on_conn!(self, c, d => {
+        super::on_conn!(self, |c, d| {
             let rows = sqlx::query(sql::OBSERVE_WITH_LENGTHS.text(d))
                 .bind(project_id)
                 .bind(cap(inline))
@@ -229,7 +229,7 @@ impl Attempt<'_> {
         &mut self,
         project_id: &str,
     ) -> Result<HashMap<String, RecordedRejection>, StoreError> {
-        super::on_conn!(self, c, d => {
+        super::on_conn!(self, |c, d| {
             let rows = sqlx::query(sql::PROJECT_REJECTIONS.text(d))
                 .bind(project_id)
                 .fetch_all(c)
@@ -250,7 +250,7 @@ impl Attempt<'_> {
 
     /// The version of a project's mark in the pending index, if it is marked.
     pub async fn mark_version(&mut self, project_id: &str) -> Result<Option<i64>, StoreError> {
-        super::on_conn!(self, c, d => {
+        super::on_conn!(self, |c, d| {
             Ok(sqlx::query_scalar(sql::MARK_VERSION.text(d))
                 .bind(project_id)
                 .fetch_optional(c)
@@ -286,7 +286,7 @@ impl Attempt<'_> {
     /// opened: a change committed since gave the mark a new version, and it stays for the next
     /// run. Part of the transaction that makes the outcome final.
     pub async fn clear_mark(&mut self, project_id: &str, version: i64) -> Result<(), StoreError> {
-        super::on_conn!(self, c, d => {
+        super::on_conn!(self, |c, d| {
             let text = match d {
                 Dialect::Postgres => sql::CLEAR_MARK_PG,
                 Dialect::Sqlite => sql::CLEAR_MARK.text(d),
@@ -350,7 +350,7 @@ impl Attempt<'_> {
     /// After an insert that did nothing: the same snapshot digest for this project and vector
     /// is an exact replay; a different one is `replay-mismatch`.
     pub async fn replay_outcome(&mut self, s: &Snapshot) -> Result<Replay, StoreError> {
-        super::on_conn!(self, c, d => {
+        super::on_conn!(self, |c, d| {
             let existing = sqlx::query(sql::SNAPSHOT_BY_VECTOR.text(d))
                 .bind(&s.project_id)
                 .bind(s.active_vector_digest.as_str())
