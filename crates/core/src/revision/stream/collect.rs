@@ -55,11 +55,11 @@ impl Scanner {
                 };
             }
             (2, Some(Member::Package)) => {
-                if let Some(is_name) = self.package_field {
+                if let Some(field) = self.package_field {
                     if kind == Kind::String {
                         self.text.start(SMALL_TEXT_BYTES);
                     } else {
-                        self.set_field(is_name, Field::NotString);
+                        self.set_field(field, Field::NotString);
                         self.package_field = None;
                     }
                 }
@@ -75,7 +75,7 @@ impl Scanner {
                 }
             }
             (d, Some(Member::Tools)) if d >= 3 && self.definition.is_some() => {
-                let in_array = self.stack.last() == Some(&false);
+                let in_array = self.stack.last() == Some(&Container::Array);
                 match kind {
                     Kind::Object | Kind::Array => {
                         if let Some(def) = &mut self.definition {
@@ -100,29 +100,29 @@ impl Scanner {
         }
     }
 
-    pub(super) fn set_field(&mut self, is_name: bool, value: Field) {
+    pub(super) fn set_field(&mut self, field: PackageField, value: Field) {
         if let Package::Object { name, version } = &mut self.package {
-            *(if is_name { name } else { version }) = value;
+            *field.of(name, version) = value;
         }
     }
 
-    pub(super) fn open(&mut self, object: bool) {
+    pub(super) fn open(&mut self, container: Container) {
         if self.stack.len() >= MAX_REVISION_DEPTH {
             // The depth check reports it; nothing deeper is scanned.
             self.fail(JsonError::TooDeep(MAX_REVISION_DEPTH));
             return;
         }
-        self.stack.push(object);
-        self.expect = if object {
+        self.stack.push(container);
+        self.expect = if container == Container::Object {
             Expect::KeyOrClose
         } else {
             Expect::ValueOrClose
         };
     }
 
-    pub(super) fn close(&mut self, object: bool) {
+    pub(super) fn close(&mut self, container: Container) {
         let depth = self.stack.len();
-        if self.stack.pop() != Some(object) {
+        if self.stack.pop() != Some(container) {
             self.fail("mismatched closing bracket");
             return;
         }
@@ -162,7 +162,7 @@ impl Scanner {
                 b"false" => Value::Bool(false),
                 _ => Value::Null,
             };
-            let in_array = self.stack.last() == Some(&false);
+            let in_array = self.stack.last() == Some(&Container::Array);
             if let Some(def) = &mut self.definition {
                 def.scalar(value, word.len() as u64, in_array);
             }
@@ -176,7 +176,7 @@ impl Scanner {
             match self.number.value() {
                 Ok(n) => {
                     if self.in_definition() {
-                        let in_array = self.stack.last() == Some(&false);
+                        let in_array = self.stack.last() == Some(&Container::Array);
                         if let Some(def) = &mut self.definition {
                             def.scalar(Value::Number(n), 1, in_array);
                         }
@@ -243,7 +243,7 @@ impl Scanner {
         if depth == 1 && self.member == Some(Member::Schema) {
             self.schema_done();
         } else if depth == 2 && self.member == Some(Member::Package) {
-            if let Some(is_name) = self.package_field.take() {
+            if let Some(slot) = self.package_field.take() {
                 let field = match self.text.decode() {
                     Some(Ok(s)) => Field::Str(s),
                     Some(Err(e)) => return self.fail(e),
@@ -252,7 +252,7 @@ impl Scanner {
                         self.text.seen,
                     ),
                 };
-                self.set_field(is_name, field);
+                self.set_field(slot, field);
             }
         } else if self.in_definition() {
             let decoded = if self.text.on {
@@ -283,23 +283,19 @@ impl Scanner {
 
     /// A member name of `package` ended: `name` and `version` are read, the rest skipped.
     pub(super) fn package_key(&mut self, name: Option<&str>) {
-        let is_name = match name {
-            Some("name") => true,
-            Some("version") => false,
+        let (field, quoted) = match name {
+            Some("name") => (PackageField::Name, "\"name\""),
+            Some("version") => (PackageField::Version, "\"version\""),
             _ => return,
         };
-        if let Package::Object { name, version } = &self.package {
-            let field = if is_name { name } else { version };
-            if *field != Field::Missing {
-                return self.fail(format_args!(
-                    "duplicate member name {}",
-                    if is_name { "\"name\"" } else { "\"version\"" }
-                ));
-            }
+        if let Package::Object { name, version } = &mut self.package
+            && *field.of(name, version) != Field::Missing
+        {
+            return self.fail(format_args!("duplicate member name {quoted}"));
         }
         // Marked present (not a string) until its value says otherwise.
-        self.set_field(is_name, Field::NotString);
-        self.package_field = Some(is_name);
+        self.set_field(field, Field::NotString);
+        self.package_field = Some(field);
     }
 
     /// A definition closed: validate it now and keep what the snapshot needs of it.

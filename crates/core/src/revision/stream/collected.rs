@@ -37,6 +37,23 @@ pub(super) enum Field {
     Str(String),
 }
 
+/// The member of `package` whose value is read (`name` or `version`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum PackageField {
+    Name,
+    Version,
+}
+
+impl PackageField {
+    /// Its slot in a `package` object.
+    pub(super) fn of<'a>(self, name: &'a mut Field, version: &'a mut Field) -> &'a mut Field {
+        match self {
+            Self::Name => name,
+            Self::Version => version,
+        }
+    }
+}
+
 /// What the document's `package` member was seen to be.
 #[derive(Debug, Default)]
 pub(super) enum Package {

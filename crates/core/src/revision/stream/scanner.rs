@@ -11,7 +11,7 @@ pub(super) struct Scanner {
     pub(super) expect: Expect,
     pub(super) token: Token,
     /// Open containers, outermost first: `true` for an object.
-    pub(super) stack: Vec<bool>,
+    pub(super) stack: Vec<Container>,
     /// The string or number being collected.
     pub(super) text: Text,
     pub(super) number: NumberText,
@@ -24,7 +24,7 @@ pub(super) struct Scanner {
     pub(super) schema: Schema,
     pub(super) package: Package,
     /// The `package` member whose value comes next (`name` or `version`).
-    pub(super) package_field: Option<bool>,
+    pub(super) package_field: Option<PackageField>,
     pub(super) tools: Tools,
     /// Items of `tools` started so far.
     pub(super) tool_items: usize,
@@ -272,14 +272,14 @@ impl Scanner {
         match self.expect {
             Expect::Document => {
                 if b == b'{' {
-                    self.open(true);
+                    self.open(Container::Object);
                 } else {
                     self.fail("invalid type: the document is not an object");
                 }
             }
             Expect::Value | Expect::ValueOrClose => {
                 if b == b']' && self.expect == Expect::ValueOrClose {
-                    self.close(false);
+                    self.close(Container::Array);
                     return;
                 }
                 let kind = match b {
@@ -295,8 +295,8 @@ impl Scanner {
                 };
                 self.begin_value(kind);
                 match b {
-                    b'{' => self.open(true),
-                    b'[' => self.open(false),
+                    b'{' => self.open(Container::Object),
+                    b'[' => self.open(Container::Array),
                     b'"' => {
                         self.token = Token::Str(self.new_str(false));
                         self.text.push(b"\"");
@@ -326,7 +326,7 @@ impl Scanner {
             }
             Expect::KeyOrClose | Expect::Key => {
                 if b == b'}' && self.expect == Expect::KeyOrClose {
-                    self.close(true);
+                    self.close(Container::Object);
                 } else if b == b'"' {
                     self.begin_key();
                 } else if self.expect == Expect::Key && b == b'}' {
@@ -343,13 +343,13 @@ impl Scanner {
                 }
             }
             Expect::CommaOrClose => {
-                let object = self.stack.last().copied().unwrap_or(false);
+                let object = self.stack.last() == Some(&Container::Object);
                 match b {
                     b',' => {
                         self.expect = if object { Expect::Key } else { Expect::Value };
                     }
-                    b'}' if object => self.close(true),
-                    b']' if !object => self.close(false),
+                    b'}' if object => self.close(Container::Object),
+                    b']' if !object => self.close(Container::Array),
                     _ => self.fail("expected `,` or the end of the container"),
                 }
             }

@@ -112,3 +112,10 @@ impl Text {
         })
     }
 }
+
+/// An open container of the document.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Container {
+    Object,
+    Array,
+}
