@@ -6,7 +6,7 @@ use super::*;
 impl Scanner {
     /// A member name starts: decide how much of it to collect.
     pub(super) fn begin_key(&mut self) {
-        let depth = self.stack.len();
+        let depth = self.lex.stack.len();
         let cap = match self.region() {
             _ if self.names_are_read() => Some(NAME_BYTES),
             Some(Member::Tools) if self.in_definition() => match &self.definition {
@@ -17,21 +17,21 @@ impl Scanner {
             _ => None,
         };
         match cap {
-            Some(cap) => self.text.start(cap),
-            None => self.text.on = false,
+            Some(cap) => self.lex.text.start(cap),
+            None => self.lex.text.on = false,
         }
-        self.text.push(b"\"");
-        self.token = Token::Str(self.new_str(true));
+        self.lex.text.push(b"\"");
+        self.lex.token = Token::Str(self.new_str(true));
     }
 
     /// A value starts (the stack does not hold it yet): note what the kept members are.
     pub(super) fn begin_value(&mut self, kind: Kind) {
-        let depth = self.stack.len();
-        self.text.on = false;
+        let depth = self.lex.stack.len();
+        self.lex.text.on = false;
         match (depth, self.member) {
             (1, Some(Member::Schema)) => {
                 if kind == Kind::String {
-                    self.text.start(SMALL_TEXT_BYTES);
+                    self.lex.text.start(SMALL_TEXT_BYTES);
                 } else {
                     self.schema =
                         Schema::Wrong(format!("not a string but {kind:?}").to_lowercase());
@@ -57,7 +57,7 @@ impl Scanner {
             (2, Some(Member::Package)) => {
                 if let Some(field) = self.package_field {
                     if kind == Kind::String {
-                        self.text.start(SMALL_TEXT_BYTES);
+                        self.lex.text.start(SMALL_TEXT_BYTES);
                     } else {
                         self.set_field(field, Field::NotString);
                         self.package_field = None;
@@ -75,7 +75,7 @@ impl Scanner {
                 }
             }
             (d, Some(Member::Tools)) if d >= 3 && self.definition.is_some() => {
-                let in_array = self.stack.last() == Some(&Container::Array);
+                let in_array = self.lex.stack.last() == Some(&Container::Array);
                 match kind {
                     Kind::Object | Kind::Array => {
                         if let Some(def) = &mut self.definition {
@@ -89,7 +89,7 @@ impl Scanner {
                             }
                             if !def.unbuilt {
                                 let cap = 6 * def.room() as usize + 8;
-                                self.text.start(cap);
+                                self.lex.text.start(cap);
                             }
                         }
                     }
@@ -107,13 +107,13 @@ impl Scanner {
     }
 
     pub(super) fn open(&mut self, container: Container) {
-        if self.stack.len() >= MAX_REVISION_DEPTH {
+        if self.lex.stack.len() >= MAX_REVISION_DEPTH {
             // The depth check reports it; nothing deeper is scanned.
             self.fail(JsonError::TooDeep(MAX_REVISION_DEPTH));
             return;
         }
-        self.stack.push(container);
-        self.expect = if container == Container::Object {
+        self.lex.stack.push(container);
+        self.lex.expect = if container == Container::Object {
             Expect::KeyOrClose
         } else {
             Expect::ValueOrClose
@@ -121,8 +121,8 @@ impl Scanner {
     }
 
     pub(super) fn close(&mut self, container: Container) {
-        let depth = self.stack.len();
-        if self.stack.pop() != Some(container) {
+        let depth = self.lex.stack.len();
+        if self.lex.stack.pop() != Some(container) {
             self.fail("mismatched closing bracket");
             return;
         }
@@ -140,15 +140,15 @@ impl Scanner {
 
     /// A value ended (the stack no longer holds it, if it was a container).
     pub(super) fn value_done(&mut self) {
-        self.expect = if self.stack.is_empty() {
+        self.lex.expect = if self.lex.stack.is_empty() {
             Expect::End
         } else {
             Expect::CommaOrClose
         };
-        match self.stack.len() {
+        match self.lex.stack.len() {
             1 => {
                 self.member = None;
-                self.text.on = false;
+                self.lex.text.on = false;
             }
             2 if self.member == Some(Member::Package) => self.package_field = None,
             _ => {}
@@ -162,7 +162,7 @@ impl Scanner {
                 b"false" => Value::Bool(false),
                 _ => Value::Null,
             };
-            let in_array = self.stack.last() == Some(&Container::Array);
+            let in_array = self.lex.stack.last() == Some(&Container::Array);
             if let Some(def) = &mut self.definition {
                 def.scalar(value, word.len() as u64, in_array);
             }
@@ -171,12 +171,12 @@ impl Scanner {
     }
 
     pub(super) fn number_done(&mut self) {
-        if self.number_on {
-            self.number_on = false;
-            match self.number.value() {
+        if self.lex.number_on {
+            self.lex.number_on = false;
+            match self.lex.number.value() {
                 Ok(n) => {
                     if self.in_definition() {
-                        let in_array = self.stack.last() == Some(&Container::Array);
+                        let in_array = self.lex.stack.last() == Some(&Container::Array);
                         if let Some(def) = &mut self.definition {
                             def.scalar(Value::Number(n), 1, in_array);
                         }
@@ -193,21 +193,21 @@ impl Scanner {
     }
 
     pub(super) fn schema_done(&mut self) {
-        self.schema = match self.text.decode() {
+        self.schema = match self.lex.text.decode() {
             Some(Ok(s)) if s == REVISION_SCHEMA => Schema::Right,
-            _ => Schema::Wrong(quote_bytes(&self.text.bytes, self.text.seen)),
+            _ => Schema::Wrong(quote_bytes(&self.lex.text.bytes, self.lex.text.seen)),
         };
     }
 
     pub(super) fn string_done(&mut self, key: bool) {
-        let depth = self.stack.len();
+        let depth = self.lex.stack.len();
         if key {
-            self.expect = Expect::Colon;
-            if !self.text.on {
+            self.lex.expect = Expect::Colon;
+            if !self.lex.text.on {
                 return;
             }
-            self.text.on = false;
-            let name = match self.text.decode() {
+            self.lex.text.on = false;
+            let name = match self.lex.text.decode() {
                 Some(Ok(name)) => Some(name),
                 Some(Err(e)) => return self.fail(e),
                 None => None,
@@ -244,19 +244,19 @@ impl Scanner {
             self.schema_done();
         } else if depth == 2 && self.member == Some(Member::Package) {
             if let Some(slot) = self.package_field.take() {
-                let field = match self.text.decode() {
+                let field = match self.lex.text.decode() {
                     Some(Ok(s)) => Field::Str(s),
                     Some(Err(e)) => return self.fail(e),
                     None => Field::Long(
-                        String::from_utf8_lossy(&self.text.bytes).into_owned(),
-                        self.text.seen,
+                        String::from_utf8_lossy(&self.lex.text.bytes).into_owned(),
+                        self.lex.text.seen,
                     ),
                 };
                 self.set_field(slot, field);
             }
         } else if self.in_definition() {
-            let decoded = if self.text.on {
-                self.text.decode()
+            let decoded = if self.lex.text.on {
+                self.lex.text.decode()
             } else {
                 None
             };
@@ -277,7 +277,7 @@ impl Scanner {
                 }
             }
         }
-        self.text.on = false;
+        self.lex.text.on = false;
         self.value_done();
     }
 
@@ -344,7 +344,9 @@ impl Scanner {
     }
 
     pub(super) fn finish(mut self) -> Result<Contribution, Rejection> {
-        if self.error.is_none() && !(self.expect == Expect::End && self.token == Token::None) {
+        if self.error.is_none()
+            && !(self.lex.expect == Expect::End && self.lex.token == Token::None)
+        {
             self.fail("EOF while parsing the document");
         }
         let package = self.package_name.as_str();

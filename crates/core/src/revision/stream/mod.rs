@@ -52,7 +52,6 @@ mod utf8;
 
 use collected::*;
 use definition::*;
-use number::*;
 use scanner::*;
 use token::*;
 use utf8::*;

@@ -2,21 +2,14 @@
 
 use super::*;
 
-/// The push scanner: JSON syntax of the whole document, and what the snapshot needs of the
-/// three kept members, built as they stream by.
+/// The push scanner: JSON syntax of the whole document ([`Lexer`]), and what the snapshot
+/// needs of the three kept members, built as they stream by (the other fields).
 #[derive(Debug)]
 pub(super) struct Scanner {
     pub(super) package_name: String,
     pub(super) approved: Vec<String>,
-    pub(super) expect: Expect,
-    pub(super) token: Token,
-    /// Open containers, outermost first: `true` for an object.
-    pub(super) stack: Vec<Container>,
-    /// The string or number being collected.
-    pub(super) text: Text,
-    pub(super) number: NumberText,
-    /// Whether the number being read is collected.
-    pub(super) number_on: bool,
+    /// Where the scanner is in the JSON text.
+    pub(super) lex: Lexer,
     /// The kept member whose value comes next or is being read.
     pub(super) member: Option<Member>,
     /// Kept members seen, by [`Member::index`].
@@ -47,12 +40,7 @@ impl Scanner {
         Self {
             package_name: package_name.to_owned(),
             approved: approved.to_vec(),
-            expect: Expect::Document,
-            token: Token::None,
-            stack: Vec::new(),
-            text: Text::default(),
-            number: NumberText::default(),
-            number_on: false,
+            lex: Lexer::default(),
             member: None,
             seen: [false; 3],
             schema: Schema::default(),
@@ -81,30 +69,32 @@ impl Scanner {
     /// `name` and `version` are kept: its other members are ignored like the document's
     /// (contract section 3), so inside them nothing is strict.
     pub(super) fn region(&self) -> Option<Member> {
-        if !(self.stack.len() >= 2 || self.text.on || self.number_on) {
+        if !(self.lex.stack.len() >= 2 || self.lex.text.on || self.lex.number_on) {
             return None;
         }
         match self.member {
-            Some(Member::Package) if self.stack.len() != 2 || self.package_field.is_none() => None,
+            Some(Member::Package) if self.lex.stack.len() != 2 || self.package_field.is_none() => {
+                None
+            }
             kept => kept,
         }
     }
 
     /// A member name is read here whatever it names: the document's own, and `package`'s.
     pub(super) fn names_are_read(&self) -> bool {
-        let depth = self.stack.len();
+        let depth = self.lex.stack.len();
         depth == 1 || (depth == 2 && self.member == Some(Member::Package))
     }
 
     pub(super) fn in_definition(&self) -> bool {
-        self.definition.is_some() && self.stack.len() >= 3
+        self.definition.is_some() && self.lex.stack.len() >= 3
     }
 
     pub(super) fn feed(&mut self, slice: &[u8]) {
         let mut i = 0;
         while i < slice.len() && self.error.is_none() {
             let b = slice[i];
-            match self.token {
+            match self.lex.token {
                 Token::Str(s) => i = self.string(s, slice, i),
                 Token::Num(n) => {
                     let next = match (n, b) {
@@ -120,9 +110,9 @@ impl Scanner {
                     };
                     match next {
                         Some(n) => {
-                            self.token = Token::Num(n);
-                            if self.number_on {
-                                self.number.push(b);
+                            self.lex.token = Token::Num(n);
+                            if self.lex.number_on {
+                                self.lex.number.push(b);
                             }
                             i += 1;
                         }
@@ -130,7 +120,7 @@ impl Scanner {
                             && !b.is_ascii_digit() =>
                         {
                             // The number ended before this byte, which is read again.
-                            self.token = Token::None;
+                            self.lex.token = Token::None;
                             self.number_done();
                         }
                         None => {
@@ -146,10 +136,10 @@ impl Scanner {
                     }
                     i += 1;
                     if usize::from(at) + 1 == word.len() {
-                        self.token = Token::None;
+                        self.lex.token = Token::None;
                         self.literal_done(word);
                     } else {
-                        self.token = Token::Lit { word, at: at + 1 };
+                        self.lex.token = Token::Lit { word, at: at + 1 };
                     }
                 }
                 Token::None => {
@@ -238,18 +228,18 @@ impl Scanner {
                 }
                 i += 1;
             }
-            self.text.push(&slice[start..i]);
+            self.lex.text.push(&slice[start..i]);
             if done {
-                self.token = Token::None;
+                self.lex.token = Token::None;
                 self.string_done(s.key);
             } else {
-                self.token = Token::Str(s);
+                self.lex.token = Token::Str(s);
                 self.check_string_room();
             }
             return i;
         }
-        self.text.push(&slice[start..i]);
-        self.token = Token::Str(s);
+        self.lex.text.push(&slice[start..i]);
+        self.lex.token = Token::Str(s);
         i
     }
 
@@ -259,17 +249,17 @@ impl Scanner {
         if self.in_definition()
             && let Some(d) = &mut self.definition
             && !d.unbuilt
-            && self.text.on
-            && !self.text.complete()
+            && self.lex.text.on
+            && !self.lex.text.complete()
         {
             d.grow(MAX_DEFINITION_BYTES + 1);
-            self.text.on = false;
+            self.lex.text.on = false;
         }
     }
 
     /// One structural byte (not whitespace, not inside a token).
     pub(super) fn structural(&mut self, b: u8) {
-        match self.expect {
+        match self.lex.expect {
             Expect::Document => {
                 if b == b'{' {
                     self.open(Container::Object);
@@ -278,7 +268,7 @@ impl Scanner {
                 }
             }
             Expect::Value | Expect::ValueOrClose => {
-                if b == b']' && self.expect == Expect::ValueOrClose {
+                if b == b']' && self.lex.expect == Expect::ValueOrClose {
                     self.close(Container::Array);
                     return;
                 }
@@ -298,26 +288,26 @@ impl Scanner {
                     b'{' => self.open(Container::Object),
                     b'[' => self.open(Container::Array),
                     b'"' => {
-                        self.token = Token::Str(self.new_str(false));
-                        self.text.push(b"\"");
+                        self.lex.token = Token::Str(self.new_str(false));
+                        self.lex.text.push(b"\"");
                     }
                     b'-' => self.begin_number(b, Num::Minus),
                     b'0' => self.begin_number(b, Num::Zero),
                     b'1'..=b'9' => self.begin_number(b, Num::Int),
                     b't' => {
-                        self.token = Token::Lit {
+                        self.lex.token = Token::Lit {
                             word: b"true",
                             at: 1,
                         }
                     }
                     b'f' => {
-                        self.token = Token::Lit {
+                        self.lex.token = Token::Lit {
                             word: b"false",
                             at: 1,
                         }
                     }
                     _ => {
-                        self.token = Token::Lit {
+                        self.lex.token = Token::Lit {
                             word: b"null",
                             at: 1,
                         }
@@ -325,11 +315,11 @@ impl Scanner {
                 }
             }
             Expect::KeyOrClose | Expect::Key => {
-                if b == b'}' && self.expect == Expect::KeyOrClose {
+                if b == b'}' && self.lex.expect == Expect::KeyOrClose {
                     self.close(Container::Object);
                 } else if b == b'"' {
                     self.begin_key();
-                } else if self.expect == Expect::Key && b == b'}' {
+                } else if self.lex.expect == Expect::Key && b == b'}' {
                     self.fail("trailing comma");
                 } else {
                     self.fail("key must be a string");
@@ -337,16 +327,16 @@ impl Scanner {
             }
             Expect::Colon => {
                 if b == b':' {
-                    self.expect = Expect::Value;
+                    self.lex.expect = Expect::Value;
                 } else {
                     self.fail("expected `:`");
                 }
             }
             Expect::CommaOrClose => {
-                let object = self.stack.last() == Some(&Container::Object);
+                let object = self.lex.stack.last() == Some(&Container::Object);
                 match b {
                     b',' => {
-                        self.expect = if object { Expect::Key } else { Expect::Value };
+                        self.lex.expect = if object { Expect::Key } else { Expect::Value };
                     }
                     b'}' if object => self.close(Container::Object),
                     b']' if !object => self.close(Container::Array),
@@ -369,11 +359,11 @@ impl Scanner {
     }
 
     pub(super) fn begin_number(&mut self, b: u8, n: Num) {
-        self.token = Token::Num(n);
-        self.number_on = self.region().is_some();
-        if self.number_on {
-            self.number.start();
-            self.number.push(b);
+        self.lex.token = Token::Num(n);
+        self.lex.number_on = self.region().is_some();
+        if self.lex.number_on {
+            self.lex.number.start();
+            self.lex.number.push(b);
         }
     }
 }

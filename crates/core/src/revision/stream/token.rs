@@ -1,5 +1,7 @@
 //! The scanner's lexical state: what it expects next and the token it is in.
 
+use super::number::NumberText;
+
 /// What the scanner expects next, between tokens.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Expect {
@@ -118,4 +120,31 @@ impl Text {
 pub(super) enum Container {
     Object,
     Array,
+}
+
+/// The lexer's state: where the scanner is in the JSON text, and the token it is collecting.
+#[derive(Debug)]
+pub(super) struct Lexer {
+    pub(super) expect: Expect,
+    pub(super) token: Token,
+    /// Open containers, outermost first.
+    pub(super) stack: Vec<Container>,
+    /// The string or number being collected.
+    pub(super) text: Text,
+    pub(super) number: NumberText,
+    /// Whether the number being read is collected.
+    pub(super) number_on: bool,
+}
+
+impl Default for Lexer {
+    fn default() -> Self {
+        Self {
+            expect: Expect::Document,
+            token: Token::None,
+            stack: Vec::new(),
+            text: Text::default(),
+            number: NumberText::default(),
+            number_on: false,
+        }
+    }
 }
