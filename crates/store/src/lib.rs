@@ -448,15 +448,21 @@ impl Store {
         body: impl AsyncFnOnce(&mut Attempt<'_>) -> Result<(T, bool), StoreError>,
     ) -> Result<T, StoreError> {
         let (limit, commit_limit) = (self.answer_timeout, self.commit_timeout);
-        let mut a = answered(limit, self.begin()).await?;
+        let mut a = answered(limit, self.begin_unbounded()).await?;
         let result = body(&mut a).await;
         finish(a, result, limit, commit_limit).await
     }
 
     /// Starts one attempt: a connection and a READ COMMITTED transaction, with no bound on
-    /// any wait. For tests and tools that drive an attempt step by step; the product's paths
-    /// use [`Store::transaction`] or a [`Session`].
+    /// any wait. For the tests and benchmarks that drive an attempt step by step (the
+    /// `testing` feature); the product's paths use [`Store::transaction`] or a [`Session`].
+    #[cfg(feature = "testing")]
     pub async fn begin(&self) -> Result<Attempt<'static>, StoreError> {
+        self.begin_unbounded().await
+    }
+
+    /// [`Store::begin`], which [`Store::transaction`] bounds.
+    async fn begin_unbounded(&self) -> Result<Attempt<'static>, StoreError> {
         match &self.pool {
             Pool::Pg(target) => {
                 let tx = match target.pool().begin_with(BEGIN).await {
