@@ -35,13 +35,11 @@ fn init_logging(format: LogFormat) {
     }
 }
 
-// The system allocator, on purpose. mimalloc saved about a fifth of the executor's CPU on a
-// cold run (whose wall time is the database's), but kept freed slice buffers committed: peak
-// RSS of the 3 GiB `publish` bench was 37 MiB on PostgreSQL and 65 MiB on SQLite with it,
-// 19 MiB and 52 MiB without (docs/benchmarks.md). Most of what mimalloc saved, glibc's own
-// per-thread cache gives back when it may hold more blocks: the container image sets
-// `GLIBC_TUNABLES=glibc.malloc.tcache_count=128` (Dockerfile; about a tenth of a cold run's
-// executor CPU for about 3 MiB).
+// The system allocator, on purpose: mimalloc saves executor CPU on a cold run (whose wall
+// time is the database's) but keeps freed slice buffers committed, which the memory bound
+// cannot afford. Most of what it saved, glibc's own per-thread cache gives back when it may
+// hold more blocks: the container image sets `GLIBC_TUNABLES=glibc.malloc.tcache_count=128`
+// (Dockerfile). The figures: docs/benchmarks.md.
 
 /// The size from which glibc maps a block of its own and unmaps it when freed.
 const MMAP_THRESHOLD: i32 = 1 << 20;
@@ -83,8 +81,8 @@ fn main() {
     let cli = Cli::parse();
     init_logging(cli.log_format);
     // One async thread: the work is round trips to the database, and a single thread does them
-    // with fewer wakeups than a work-stealing pool (15% faster `run` on two cores). Parsing a
-    // large revision goes to the blocking pool (see coordinator::attempt).
+    // with fewer wakeups than a work-stealing pool (the run's lanes add threads where it pays;
+    // see coordinator::lanes). Parsing a large revision goes to the blocking pool.
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

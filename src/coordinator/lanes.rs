@@ -3,10 +3,10 @@
 //!
 //! Why: a worker spends its time in round trips, and one async thread serves them with the
 //! fewest wake-ups, but it is also a single point every reply queues behind: whenever the
-//! kernel runs a database backend on that thread's core, every worker waits. On two cores with
-//! the server beside us, one thread left a fifth of the machine idle; two single-threaded
-//! lanes kept it busy and built about 20% more projects per second, where tokio's work-stealing
-//! pool was slower than one thread (its cross-thread wake-ups cost more than they hide).
+//! kernel runs a database backend on that thread's core, every worker waits. Single-threaded
+//! lanes, one per core, keep the machine busy; tokio's work-stealing pool does not (its
+//! cross-thread wake-ups cost more than they hide). The figures: docs/benchmarks.md, "Figures
+//! that were code comments".
 //!
 //! Each lane owns its pool because a socket belongs to the runtime that opened it; the lanes
 //! share the queue of projects, the memory budget and the stop signal, and report outcomes

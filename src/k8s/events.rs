@@ -80,8 +80,8 @@ pub async fn record_with(
 mod tests {
     use super::*;
 
-    /// The cap counts bytes (issue 51): 1,000 two-byte characters were 2,000 bytes when the
-    /// note was cut by characters, and the API server refused the Event.
+    /// The cap counts bytes, as the API server does: 1,000 two-byte characters are 2,000 bytes,
+    /// and a note cut by characters would be refused.
     #[test]
     fn the_note_fits_the_api_servers_byte_limit_on_a_character_boundary() {
         for message in ["é".repeat(1000), "x".repeat(1023) + "€€", "a".repeat(5000)] {

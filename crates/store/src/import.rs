@@ -23,11 +23,10 @@ const ROWS_PER_STATEMENT: usize = 1_000;
 
 /// SQLite's page cache during an import: 64 MiB instead of SQLite's default 2 MiB. One
 /// transaction writes the whole file, and indexes keyed by digests take inserts all over
-/// them; with the default cache their pages were spilled to the WAL and read back again and
-/// again (a 400 MB fixture wrote 8.7 GB and read 8.0 GB for a 613 MB database). Measured on
-/// that fixture: 22.0–22.4 s and 30 MB RSS with 2 MiB, 20.8–21.1 s with 16 MiB, 18.8–18.9 s
-/// and 98 MB with 64 MiB, 17.2–18.7 s and 310 MB with 256 MiB. The memory stays bounded
-/// whatever the file's size.
+/// them; with the default cache their pages are spilled to the WAL and read back again and
+/// again. 64 MiB is where the time stopped falling faster than the memory grew
+/// (docs/benchmarks.md, "Figures that were code comments"); it is bounded whatever the file's
+/// size.
 const IMPORT_CACHE_SQLITE: &str = "PRAGMA cache_size = -65536";
 
 /// SQLite's own default page cache (2,000 KiB), which the store's connections otherwise use.
@@ -159,8 +158,8 @@ async fn write_rows(
 
 /// `rows` in runs whose lengths come from a small fixed set (`max`, then powers of two), so
 /// the statements built for them repeat and the connection prepares each shape once. Built
-/// for whatever length came, a 1,000-row insert was parsed anew every time, and SQLite compiled
-/// the table's triggers into it again: 7% of the SQLite import's writer (callgrind).
+/// for whatever length came, a 1,000-row insert would be parsed anew every time, and SQLite
+/// would compile the table's triggers into it again.
 fn statement_chunks<T>(rows: &[T], max: usize) -> impl Iterator<Item = &[T]> {
     let mut rest = rows;
     std::iter::from_fn(move || {

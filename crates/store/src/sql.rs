@@ -453,8 +453,8 @@ macro_rules! live_heads {
 /// the heads; see `inline_column!`), which saves a cold project its revision read: a round
 /// trip and a statement, about a tenth of what a typical project costs client and server.
 /// The current proof is [`CURRENT_DIGEST_PG`], asked only when there is a snapshot: inlined
-/// here, its thirty-odd plan nodes were initialised on every attempt, which cost a cold run
-/// (no snapshots yet) about 5%.
+/// here, its thirty-odd plan nodes would be initialised on every attempt, a project built for
+/// the first time included.
 ///
 /// The claim is a row lock on the project's row of `ql3.project_claims` (migration 11), taken
 /// with `SKIP LOCKED` so that a claim held by another executor is seen at once, never waited
