@@ -31,7 +31,7 @@ pub(super) async fn current(
             if json {
                 outln!(
                     "{{\"snapshotDigest\":{},\"committedAt\":{},\"unchanged\":true,\"snapshot\":null}}",
-                    serde_json::to_string(&head.snapshot_digest)?,
+                    serde_json::to_string(head.snapshot_digest.as_str())?,
                     serde_json::to_string(&head.committed_at)?
                 );
             } else {
@@ -49,7 +49,7 @@ pub(super) async fn current(
     if json {
         let mut line = String::with_capacity(c.canonical_json.len() + 180);
         line.push_str("{\"snapshotDigest\":");
-        line.push_str(&serde_json::to_string(&c.snapshot_digest)?);
+        line.push_str(&serde_json::to_string(c.snapshot_digest.as_str())?);
         line.push_str(",\"committedAt\":");
         line.push_str(&serde_json::to_string(&c.committed_at)?);
         if known.is_some() {

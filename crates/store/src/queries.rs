@@ -13,11 +13,11 @@ pub struct CurrentSnapshot {
     /// Row id.
     pub snapshot_id: i64,
     /// `snapshot_digest`.
-    pub snapshot_digest: String,
+    pub snapshot_digest: Digest,
     /// `active_vector_digest`.
-    pub active_vector_digest: String,
+    pub active_vector_digest: Digest,
     /// `definition_digest`.
-    pub definition_digest: String,
+    pub definition_digest: Digest,
     /// The stored canonical document.
     pub canonical_json: Vec<u8>,
     /// RFC 3339 UTC with milliseconds.
@@ -31,11 +31,11 @@ pub struct SnapshotHead {
     /// Row id.
     pub snapshot_id: i64,
     /// `snapshot_digest`.
-    pub snapshot_digest: String,
+    pub snapshot_digest: Digest,
     /// `active_vector_digest`.
-    pub active_vector_digest: String,
+    pub active_vector_digest: Digest,
     /// `definition_digest`.
-    pub definition_digest: String,
+    pub definition_digest: Digest,
     /// RFC 3339 UTC with milliseconds.
     pub committed_at: String,
 }

@@ -5,7 +5,7 @@
 //! drivers (SQLite's C source included) a second time, for the host, in every build tier and
 //! the image; the [`from_row!`] arms below are what the derive would generate.
 
-use package_executor_core::model::GenerationStatus;
+use package_executor_core::model::{Digest, GenerationStatus};
 use package_executor_core::planner::ActiveHead;
 use package_executor_core::verify::StoredSnapshot;
 
@@ -42,6 +42,12 @@ pub(crate) fn status(text: Option<String>) -> sqlx::Result<Option<GenerationStat
     .transpose()
 }
 
+/// A digest column, checked as it enters (the tables' `CHECK`s hold the format, so a failure
+/// here means a row written past them).
+pub(crate) fn digest(text: String) -> sqlx::Result<Digest> {
+    Digest::parse(&text).map_err(|e| sqlx::Error::Decode(e.to_string().into()))
+}
+
 /// `FromRow` for PostgreSQL's and SQLite's rows from one body (`$r` the row).
 macro_rules! from_row {
     ($($ty:ty => |$r:ident| $body:expr;)*) => {$(
@@ -63,9 +69,9 @@ macro_rules! from_row {
 from_row! {
     SnapshotHead => |r| SnapshotHead {
         snapshot_id: r.try_get("snapshot_id")?,
-        snapshot_digest: r.try_get("snapshot_digest")?,
-        active_vector_digest: r.try_get("active_vector_digest")?,
-        definition_digest: r.try_get("definition_digest")?,
+        snapshot_digest: digest(r.try_get("snapshot_digest")?)?,
+        active_vector_digest: digest(r.try_get("active_vector_digest")?)?,
+        definition_digest: digest(r.try_get("definition_digest")?)?,
         committed_at: r.try_get("committed_at")?,
     };
     // Sources are read by a second statement (`snapshot_page`).

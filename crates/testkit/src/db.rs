@@ -176,7 +176,7 @@ pub async fn current_digest(store: &Store, project: &str) -> Option<String> {
         .find_current(project)
         .await
         .expect("find_current")
-        .map(|c| c.snapshot_digest)
+        .map(|c| c.snapshot_digest.as_str().to_owned())
 }
 
 pub fn digest_of(o: &Outcome) -> String {

@@ -147,7 +147,7 @@ async fn consistent_view(store: &Store, project: &str) -> (String, Option<String
         .find_current(project)
         .await
         .unwrap()
-        .map(|c| c.active_vector_digest);
+        .map(|c| c.active_vector_digest.as_str().to_owned());
     a.rollback().await.unwrap();
     (live.as_str().to_owned(), current)
 }

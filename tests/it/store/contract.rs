@@ -1423,9 +1423,9 @@ async fn current_of(store: &Store, project: &str) -> (String, String, String, Ve
         .unwrap()
         .unwrap_or_else(|| panic!("{project} has no current snapshot"));
     (
-        c.snapshot_digest,
-        c.active_vector_digest,
-        c.definition_digest,
+        c.snapshot_digest.to_string(),
+        c.active_vector_digest.to_string(),
+        c.definition_digest.to_string(),
         c.canonical_json,
     )
 }
