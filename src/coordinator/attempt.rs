@@ -158,7 +158,7 @@ async fn attempt_in(
             let cleared = clear(a, project_id, mark, limit).await?;
             return Ok((
                 Step::Done(Outcome::Rejected {
-                    code: rejection.code.as_str().to_owned(),
+                    code: rejection.code.into(),
                     detail: rejection.detail,
                 }),
                 recorded || cleared,

@@ -90,15 +90,59 @@ impl RejectionCode {
     /// build recorded for them never stands. A reason this build does not know (written by a
     /// newer one) stands: failing closed keeps the project rejected.
     pub fn stands(reason: &str) -> bool {
-        !matches!(
-            Self::parse(reason),
-            Some(Self::RevisionMissing | Self::RevisionDigestMismatch)
-        )
+        ReportedCode::parse(reason).stands()
     }
 
     /// Parses a code string.
     pub fn parse(s: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|c| c.as_str() == s)
+    }
+}
+
+/// A rejection's code as a run reports it: one this build knows, or the word a newer build
+/// recorded (a recorded rejection this build cannot read still stands: failing closed keeps
+/// the project rejected). Parsed once, where the row enters.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ReportedCode {
+    /// A code of contract section 6.
+    Known(RejectionCode),
+    /// A code a newer build recorded.
+    Newer(String),
+}
+
+impl ReportedCode {
+    /// The code a row holds.
+    pub fn parse(s: &str) -> Self {
+        RejectionCode::parse(s).map_or_else(|| Self::Newer(s.to_owned()), Self::Known)
+    }
+
+    /// The exact code string.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Known(code) => code.as_str(),
+            Self::Newer(word) => word,
+        }
+    }
+
+    /// Whether a rejection recorded with this code skips later builds of its vector: see
+    /// [`RejectionCode::stands`], which asks this.
+    pub fn stands(&self) -> bool {
+        !matches!(
+            self,
+            Self::Known(RejectionCode::RevisionMissing | RejectionCode::RevisionDigestMismatch)
+        )
+    }
+}
+
+impl From<RejectionCode> for ReportedCode {
+    fn from(code: RejectionCode) -> Self {
+        Self::Known(code)
+    }
+}
+
+impl fmt::Display for ReportedCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -149,6 +193,26 @@ impl Rejection {
 
 #[cfg(test)]
 mod tests {
+    use super::{RejectionCode, ReportedCode};
+
+    #[test]
+    fn a_reported_code_is_known_or_a_newer_builds_word() {
+        for code in RejectionCode::ALL {
+            assert_eq!(
+                ReportedCode::parse(code.as_str()),
+                ReportedCode::Known(code)
+            );
+            assert_eq!(ReportedCode::from(code).as_str(), code.as_str());
+        }
+        let newer = ReportedCode::parse("a-reason-of-a-newer-build");
+        assert_eq!(
+            newer,
+            ReportedCode::Newer("a-reason-of-a-newer-build".into())
+        );
+        assert_eq!(newer.to_string(), "a-reason-of-a-newer-build");
+        assert!(newer.stands(), "fails closed");
+    }
+
     use super::RejectionCode as C;
 
     #[test]

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::exit::Exit;
+use crate::rejection::ReportedCode;
 
 /// Why a project is still pending after its attempts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -66,7 +67,7 @@ pub enum Outcome {
     /// Fail closed for this vector.
     Rejected {
         /// The reason code.
-        code: String,
+        code: ReportedCode,
         /// Human detail.
         detail: String,
     },
@@ -127,7 +128,7 @@ impl Outcome {
     /// The reason code, where one applies.
     pub fn reason(&self) -> Option<&str> {
         match self {
-            Self::Rejected { code, .. } => Some(code),
+            Self::Rejected { code, .. } => Some(code.as_str()),
             Self::Unresolved { reason, .. } => Some(reason.as_str()),
             Self::Integrity { .. } => Some("replay-mismatch"),
             _ => None,
@@ -280,7 +281,9 @@ impl RunSummary {
             Outcome::Published { .. } => self.published += 1,
             Outcome::Replayed { .. } => self.replayed += 1,
             Outcome::AlreadyCurrent { .. } => self.already_current += 1,
-            Outcome::Rejected { code, .. } => *self.rejected.entry(code.clone()).or_default() += 1,
+            Outcome::Rejected { code, .. } => {
+                *self.rejected.entry(code.as_str().to_owned()).or_default() += 1
+            }
             Outcome::Unresolved {
                 reason: Unresolved::ClaimedElsewhere,
                 ..

@@ -4,6 +4,7 @@ use std::collections::HashMap;
 
 use package_executor_core::model::Digest;
 use package_executor_core::planner::{self, StoredLength};
+use package_executor_core::rejection::ReportedCode;
 
 use super::{ObservedHead, Store, StoreError, answered};
 
@@ -53,7 +54,7 @@ pub enum Current {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RecordedRejection {
     /// The reason code.
-    pub reason: String,
+    pub reason: ReportedCode,
     /// The detail.
     pub detail: String,
 }

@@ -25,7 +25,7 @@ use sqlx::Row;
 use super::sql;
 use super::{Attempt, Dialect, ObservedHead, RecordedRejection, StoreError};
 use package_executor_core::planner::{ActiveHead, Snapshot, StoredLength};
-use package_executor_core::rejection::RejectionCode;
+use package_executor_core::rejection::ReportedCode;
 use package_executor_core::source_key::source_key;
 
 /// What opening an attempt found.
@@ -430,13 +430,16 @@ fn rejections_from_json(text: &str) -> Result<HashMap<String, RecordedRejection>
 
 /// The recorded rejections that stand, by active vector digest: a verdict on a revision row
 /// that an older build recorded (`revision-missing`, `revision-digest-mismatch`) never skips a
-/// build nor explains one, though its row stays as history ([`RejectionCode::stands`]).
+/// build nor explains one, though its row stays as history ([`ReportedCode::stands`]).
 fn standing(
     rows: impl IntoIterator<Item = (String, String, String)>,
 ) -> HashMap<String, RecordedRejection> {
     rows.into_iter()
-        .filter(|(_, reason, _)| RejectionCode::stands(reason))
-        .map(|(vector, reason, detail)| (vector, RecordedRejection { reason, detail }))
+        .map(|(vector, reason, detail)| {
+            let reason = ReportedCode::parse(&reason);
+            (vector, RecordedRejection { reason, detail })
+        })
+        .filter(|(_, r)| r.reason.stands())
         .collect()
 }
 
