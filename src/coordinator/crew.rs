@@ -124,10 +124,10 @@ impl Crew {
         else {
             return o;
         };
-        let standing = session
-            .transaction(async |a| Ok((a.claim_standing(project_id).await?, false)))
+        let state = session
+            .transaction(async |a| Ok((a.claim_state(project_id).await?, false)))
             .await;
-        let detail = match standing {
+        let detail = match state {
             Ok(s) if s.claimable && (s.held || s.current) => return o,
             Ok(s) if !s.claimable => "no executor can claim this project: its row in \
                  ql3.project_claims is missing (the owner can restore it: INSERT INTO \

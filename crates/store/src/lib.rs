@@ -34,7 +34,7 @@ pub use primary::{Hosts, SessionAttrs, split_hosts};
 pub use redact::{redact, redact_text};
 pub use secrets::describe;
 pub use sqlite_file::SqliteUse;
-pub use steps::{Appending, ClaimStanding, Opening, Replay};
+pub use steps::{Appending, ClaimState, Opening, Replay};
 /// The PostgreSQL pending-project query text (for benchmarks and EXPLAIN).
 pub const PENDING_PAGE_SQL: &str = sql::PENDING_PAGE_PG.text(Dialect::Postgres);
 /// The PostgreSQL open step's text (`$1` project, `$2`/`$3` claim), for tests and EXPLAIN.

@@ -389,7 +389,7 @@ pub const CLEAR_MARK_PG: &str = "SELECT ql3.clear_pending_mark($1, $2) AS cleare
 /// through every attempt: whether it has a claim row at all, whether a live session holds it
 /// now (only executors can: see [`OPEN_PG`]), and whether the project is current. Run in a
 /// transaction that is rolled back, so a claim this takes is let go at once.
-pub const CLAIM_STANDING_PG: &str = "
+pub const CLAIM_STATE_PG: &str = "
 WITH k AS MATERIALIZED (
   SELECT k.project_id FROM ql3.project_claims AS k WHERE k.project_id = $1
   FOR UPDATE SKIP LOCKED

@@ -63,7 +63,7 @@ pub enum Replay {
 
 /// Where a project's claim stands at the end of a run in which another session held it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ClaimStanding {
+pub struct ClaimState {
     /// The project has a claim row, so an executor can claim it.
     pub claimable: bool,
     /// A live session holds the claim now; only the executor's role can hold one.
@@ -126,7 +126,7 @@ impl Attempt<'_> {
                 let vectors: Vec<String> = row.try_get("rejected_vectors")?;
                 let reasons: Vec<String> = row.try_get("rejected_reasons")?;
                 let details: Vec<String> = row.try_get("rejected_details")?;
-                let rejections = standing(
+                let rejections = rejections_that_stand(
                     vectors
                         .into_iter()
                         .zip(reasons.into_iter().zip(details))
@@ -244,7 +244,7 @@ impl Attempt<'_> {
                     ))
                 })
                 .collect::<Result<Vec<_>, StoreError>>()?;
-            Ok(standing(rows))
+            Ok(rejections_that_stand(rows))
         })
     }
 
@@ -259,22 +259,22 @@ impl Attempt<'_> {
     }
 
     /// Where a project's claim stands, for a project whose claim another session held through
-    /// every attempt (see [`ClaimStanding`]). On PostgreSQL this may take the claim for a moment:
+    /// every attempt (see [`ClaimState`]). On PostgreSQL this may take the claim for a moment:
     /// the caller rolls back. SQLite has one writer, so a claim is never held elsewhere there.
-    pub async fn claim_standing(&mut self, project_id: &str) -> Result<ClaimStanding, StoreError> {
+    pub async fn claim_state(&mut self, project_id: &str) -> Result<ClaimState, StoreError> {
         match self {
             Attempt::Pg(tx) => {
-                let row = sqlx::query(sql::CLAIM_STANDING_PG)
+                let row = sqlx::query(sql::CLAIM_STATE_PG)
                     .bind(project_id)
                     .fetch_one(&mut **tx)
                     .await?;
-                Ok(ClaimStanding {
+                Ok(ClaimState {
                     claimable: row.try_get("claimable")?,
                     held: row.try_get("held")?,
                     current: row.try_get("current")?,
                 })
             }
-            Attempt::Lite(_) => Ok(ClaimStanding {
+            Attempt::Lite(_) => Ok(ClaimState {
                 claimable: true,
                 held: false,
                 current: self.find_current(project_id).await?.is_some(),
@@ -425,13 +425,13 @@ fn rejections_from_json(text: &str) -> Result<HashMap<String, RecordedRejection>
             "unreadable rejections from the open statement: {e}; this is a bug, please report it"
         ))
     })?;
-    Ok(standing(rows))
+    Ok(rejections_that_stand(rows))
 }
 
 /// The recorded rejections that stand, by active vector digest: a verdict on a revision row
 /// that an older build recorded (`revision-missing`, `revision-digest-mismatch`) never skips a
 /// build nor explains one, though its row stays as history ([`ReportedCode::stands`]).
-fn standing(
+fn rejections_that_stand(
     rows: impl IntoIterator<Item = (String, String, String)>,
 ) -> HashMap<String, RecordedRejection> {
     rows.into_iter()

@@ -29,7 +29,7 @@ fn statements() -> [(&'static str, &'static str); 8] {
         ("append", sql::APPEND_PG),
         ("replay", sql::SNAPSHOT_BY_VECTOR.text(Dialect::Postgres)),
         ("clear mark", sql::CLEAR_MARK_PG),
-        ("claim standing", sql::CLAIM_STANDING_PG),
+        ("claim state", sql::CLAIM_STATE_PG),
         ("marked page", sql::MARKED_PAGE.text(Dialect::Postgres)),
     ]
 }
