@@ -15,7 +15,6 @@ mod rows;
 mod secrets;
 pub mod sql;
 mod sqlite_file;
-mod steps;
 mod tls;
 
 use std::str::FromStr;
@@ -26,7 +25,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{ConnectOptions as _, PgPool, SqlitePool};
 
 pub(crate) use attempt::on_conn;
-pub use attempt::{Attempt, RevisionBytes, Scope};
+pub use attempt::{Appending, Attempt, ClaimState, Opening, Replay, RevisionBytes, Scope};
 pub use dialect::{Dialect, Statement};
 pub use error::StoreError;
 use primary::PgTarget;
@@ -34,7 +33,6 @@ pub use primary::{Hosts, SessionAttrs, split_hosts};
 pub use redact::{redact, redact_text};
 pub use secrets::describe;
 pub use sqlite_file::SqliteUse;
-pub use steps::{Appending, ClaimState, Opening, Replay};
 /// The PostgreSQL pending-project query text (for benchmarks and EXPLAIN).
 pub const PENDING_PAGE_SQL: &str = sql::PENDING_PAGE_PG.text(Dialect::Postgres);
 /// The PostgreSQL open step's text (`$1` project, `$2`/`$3` claim), for tests and EXPLAIN.

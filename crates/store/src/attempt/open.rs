@@ -1,4 +1,6 @@
-//! The coordinator's two combined steps, around the revision reads of an attempt.
+//! Opening an attempt: the claim, the current check, the first observation and what the
+//! project's mark and recorded rejections say (the first of the coordinator's two combined
+//! steps; the second is `write.rs`'s `append`).
 //!
 //! - [`Attempt::open`]: the claim, the current check, the first observation with the stored
 //!   length of each head's revision (never its bytes), and the project's recorded rejections.
@@ -22,11 +24,11 @@ use std::collections::HashMap;
 
 use sqlx::Row;
 
-use super::sql;
-use super::{Attempt, Dialect, ObservedHead, RecordedRejection, StoreError};
-use package_executor_core::planner::{ActiveHead, Snapshot, StoredLength};
+use super::*;
+use crate::sql;
+use crate::{Dialect, ObservedHead, RecordedRejection, StoreError};
+use package_executor_core::planner::{ActiveHead, StoredLength};
 use package_executor_core::rejection::ReportedCode;
-use package_executor_core::source_key::source_key;
 
 /// What opening an attempt found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -49,18 +51,6 @@ pub struct Opening {
     pub inline: HashMap<String, Vec<u8>>,
 }
 
-/// What an insert that did nothing met: the same snapshot, or another one for this vector.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Replay {
-    /// An identical snapshot for this project and vector already existed.
-    Exact,
-    /// A different snapshot exists for this project and vector: `replay-mismatch`.
-    Mismatch {
-        /// The stored snapshot digest.
-        existing: String,
-    },
-}
-
 /// Where a project's claim stands at the end of a run in which another session held it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ClaimState {
@@ -72,17 +62,159 @@ pub struct ClaimState {
     pub current: bool,
 }
 
-/// What appending found and did.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Appending {
-    /// The second observation, read in the same statement snapshot as the insert.
-    pub second: Vec<ObservedHead>,
-    /// Whether a new snapshot row (with its source rows) was inserted. When false, a row for
-    /// this project and vector, or with this snapshot digest, already existed.
-    pub inserted: bool,
+/// Revision bytes that came with an observation, by revision digest.
+pub(super) type Inline = HashMap<String, Vec<u8>>;
+
+/// The observation queries' inline cap: -1 (never) when there is none.
+pub(super) fn cap(inline: Option<u64>) -> i64 {
+    inline.map_or(-1, |b| i64::try_from(b).unwrap_or(i64::MAX))
+}
+
+/// The contents that came with the heads (all of them or none), by revision digest.
+pub(super) fn inline_contents<'h>(
+    heads: impl Iterator<Item = (&'h ObservedHead, Option<Vec<u8>>)>,
+) -> Inline {
+    heads
+        .filter_map(|(h, c)| Some((h.head.revision_digest.clone(), c?)))
+        .collect()
+}
+
+/// A revision's stored `byte_length` and the actual length of its content, as an observation
+/// reads them (`None` when the revision row is missing).
+pub(super) type Lengths = (Option<i64>, Option<i64>);
+
+/// The stored lengths by revision digest, for the heads whose revision row exists.
+pub(super) fn stored_lengths<'h>(
+    heads: impl Iterator<Item = (&'h ObservedHead, Lengths)>,
+) -> HashMap<String, StoredLength> {
+    heads
+        .filter_map(|(h, lengths)| match lengths {
+            (Some(byte_length), Some(actual_length)) => Some((
+                h.head.revision_digest.clone(),
+                StoredLength {
+                    byte_length,
+                    actual_length,
+                },
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The heads of an `APPEND_PG` row, in vector order.
+pub(super) fn heads_from_arrays(
+    row: &sqlx::postgres::PgRow,
+) -> Result<Vec<ObservedHead>, StoreError> {
+    let mut heads = heads_in_array_order(row)?;
+    sort_heads(&mut heads);
+    Ok(heads)
+}
+
+/// The rejections of SQLite's open statement: a JSON array of `[vector, reason, detail]`.
+pub(super) fn rejections_from_json(
+    text: &str,
+) -> Result<HashMap<String, RecordedRejection>, StoreError> {
+    let rows: Vec<(String, String, String)> = serde_json::from_str(text).map_err(|e| {
+        StoreError::Other(format!(
+            "unreadable rejections from the open statement: {e}; this is a bug, please report it"
+        ))
+    })?;
+    Ok(rejections_that_stand(rows))
+}
+
+/// The recorded rejections that stand, by active vector digest: a verdict on a revision row
+/// that an older build recorded (`revision-missing`, `revision-digest-mismatch`) never skips a
+/// build nor explains one, though its row stays as history ([`ReportedCode::stands`]).
+pub(super) fn rejections_that_stand(
+    rows: impl IntoIterator<Item = (String, String, String)>,
+) -> HashMap<String, RecordedRejection> {
+    rows.into_iter()
+        .map(|(vector, reason, detail)| {
+            let reason = ReportedCode::parse(&reason);
+            (vector, RecordedRejection { reason, detail })
+        })
+        .filter(|(_, r)| r.reason.stands())
+        .collect()
+}
+
+/// Vector order: byte order of package names, which are unique within a project. The arrays
+/// of a row are aggregated without an `ORDER BY` of their own (one would cost a sort each).
+pub(super) fn sort_heads(heads: &mut [ObservedHead]) {
+    heads.sort_unstable_by(|a, b| a.head.package_name.cmp(&b.head.package_name));
+}
+
+pub(super) fn misaligned() -> StoreError {
+    StoreError::Other(
+        "the observation's columns have different lengths; this is a bug, please report it".into(),
+    )
+}
+
+/// The heads of an `OPEN_PG` or `APPEND_PG` row, which come as parallel arrays, in the order
+/// of the arrays (which every other array column of the row shares).
+pub(super) fn heads_in_array_order(
+    row: &sqlx::postgres::PgRow,
+) -> Result<Vec<ObservedHead>, StoreError> {
+    let names: Vec<String> = row.try_get("package_names")?;
+    let installations: Vec<String> = row.try_get("installation_ids")?;
+    let generations: Vec<i64> = row.try_get("generations")?;
+    let statuses: Vec<Option<String>> = row.try_get("statuses")?;
+    let generation_digests: Vec<Option<String>> = row.try_get("generation_digests")?;
+    let lock_digests: Vec<Option<String>> = row.try_get("lock_digests")?;
+    let revision_digests: Vec<Option<String>> = row.try_get("revision_digests")?;
+    let permissions: Vec<Option<String>> = row.try_get("permissions")?;
+    let n = names.len();
+    if [
+        installations.len(),
+        generations.len(),
+        statuses.len(),
+        generation_digests.len(),
+        lock_digests.len(),
+        revision_digests.len(),
+        permissions.len(),
+    ]
+    .iter()
+    .any(|&len| len != n)
+    {
+        return Err(misaligned());
+    }
+    let mut heads = Vec::with_capacity(n);
+    let columns = names
+        .into_iter()
+        .zip(installations)
+        .zip(generations)
+        .zip(statuses)
+        .zip(generation_digests)
+        .zip(lock_digests)
+        .zip(revision_digests)
+        .zip(permissions);
+    for (((((((package_name, installation_id), generation), status), gd), ld), rd), p) in columns {
+        heads.push(ObservedHead {
+            head: ActiveHead {
+                package_name,
+                installation_id,
+                generation,
+                generation_digest: gd.unwrap_or_default(),
+                lock_digest: ld.unwrap_or_default(),
+                revision_digest: rd.unwrap_or_default(),
+                approved_permissions: p.unwrap_or_default(),
+            },
+            status: crate::rows::status(status)?,
+        });
+    }
+    Ok(heads)
 }
 
 impl Attempt<'_> {
+    /// One observation: the live heads and their generations (at most 129, in vector order).
+    pub async fn observe(&mut self, project_id: &str) -> Result<Vec<ObservedHead>, StoreError> {
+        on_conn!(self, |c, d| {
+            Ok(sqlx::query_as(sql::OBSERVE_HEADS.text(d))
+                .bind(project_id)
+                .fetch_all(c)
+                .await?)
+        })
+    }
+
     /// Claims the project and reads everything an attempt needs before the revisions.
     pub async fn open(&mut self, project_id: &str) -> Result<Opening, StoreError> {
         self.open_with(project_id, None).await
@@ -195,7 +327,7 @@ impl Attempt<'_> {
 
     /// The first observation with the stored lengths of the heads' revisions, and their bytes
     /// when they together hold at most `inline` bytes, in one query.
-    async fn observe_with_lengths(
+    pub(super) async fn observe_with_lengths(
         &mut self,
         project_id: &str,
         inline: Option<u64>,
@@ -281,229 +413,4 @@ impl Attempt<'_> {
             }),
         }
     }
-
-    /// Clears a project's mark if it still holds `version`, the one read when the attempt
-    /// opened: a change committed since gave the mark a new version, and it stays for the next
-    /// run. Part of the transaction that makes the outcome final.
-    pub async fn clear_mark(&mut self, project_id: &str, version: i64) -> Result<(), StoreError> {
-        super::on_conn!(self, |c, d| {
-            let text = match d {
-                Dialect::Postgres => sql::CLEAR_MARK_PG,
-                Dialect::Sqlite => sql::CLEAR_MARK.text(d),
-            };
-            sqlx::query(text)
-                .bind(project_id)
-                .bind(version)
-                .execute(c)
-                .await?;
-            Ok(())
-        })
-    }
-
-    /// Takes the second observation and inserts the snapshot with its source rows (`ON
-    /// CONFLICT DO NOTHING`, both unique keys arbitrating), and clears the project's mark if
-    /// it still holds `mark`. The caller compares the observations and rolls back when they
-    /// differ.
-    pub async fn append(
-        &mut self,
-        s: &Snapshot,
-        mark: Option<i64>,
-    ) -> Result<Appending, StoreError> {
-        match self {
-            Attempt::Pg(tx) => {
-                let column =
-                    |f: fn(&ActiveHead) -> &str| -> Vec<&str> { s.sources.iter().map(f).collect() };
-                let row = sqlx::query(sql::APPEND_PG)
-                    .bind(&s.project_id)
-                    .bind(s.active_vector_digest.as_str())
-                    .bind(s.definition_digest.as_str())
-                    .bind(s.snapshot_digest.as_str())
-                    .bind(s.sources.len() as i32)
-                    .bind(s.definition_count as i32)
-                    .bind(s.canonical_json.as_slice())
-                    .bind(column(|h| &h.package_name))
-                    .bind(column(|h| &h.installation_id))
-                    .bind(s.sources.iter().map(|h| h.generation).collect::<Vec<i64>>())
-                    .bind(column(|h| &h.generation_digest))
-                    .bind(column(|h| &h.lock_digest))
-                    .bind(column(|h| &h.revision_digest))
-                    .bind(mark)
-                    .bind(source_key(&s.sources))
-                    .fetch_one(&mut **tx)
-                    .await?;
-                Ok(Appending {
-                    second: heads_from_arrays(&row)?,
-                    inserted: row.try_get::<Option<i64>, _>("snapshot_id")?.is_some(),
-                })
-            }
-            Attempt::Lite(_) => {
-                let second = self.observe(&s.project_id).await?;
-                let inserted = self.insert_rows(s).await?;
-                if let Some(version) = mark {
-                    self.clear_mark(&s.project_id, version).await?;
-                }
-                Ok(Appending { second, inserted })
-            }
-        }
-    }
-
-    /// After an insert that did nothing: the same snapshot digest for this project and vector
-    /// is an exact replay; a different one is `replay-mismatch`.
-    pub async fn replay_outcome(&mut self, s: &Snapshot) -> Result<Replay, StoreError> {
-        super::on_conn!(self, |c, d| {
-            let existing = sqlx::query(sql::SNAPSHOT_BY_VECTOR.text(d))
-                .bind(&s.project_id)
-                .bind(s.active_vector_digest.as_str())
-                .fetch_optional(c)
-                .await?;
-            match existing {
-                Some(r) => {
-                    let existing: String = r.try_get("snapshot_digest")?;
-                    if existing == s.snapshot_digest.as_str() {
-                        Ok(Replay::Exact)
-                    } else {
-                        Ok(Replay::Mismatch { existing })
-                    }
-                }
-                // Conflict on a row this transaction cannot see yet: retry.
-                None => Err(StoreError::Transient(
-                    "snapshot insert conflicted with a row not yet visible".into(),
-                )),
-            }
-        })
-    }
-}
-
-/// Revision bytes that came with an observation, by revision digest.
-type Inline = HashMap<String, Vec<u8>>;
-
-/// The observation queries' inline cap: -1 (never) when there is none.
-fn cap(inline: Option<u64>) -> i64 {
-    inline.map_or(-1, |b| i64::try_from(b).unwrap_or(i64::MAX))
-}
-
-/// The contents that came with the heads (all of them or none), by revision digest.
-fn inline_contents<'h>(heads: impl Iterator<Item = (&'h ObservedHead, Option<Vec<u8>>)>) -> Inline {
-    heads
-        .filter_map(|(h, c)| Some((h.head.revision_digest.clone(), c?)))
-        .collect()
-}
-
-/// A revision's stored `byte_length` and the actual length of its content, as an observation
-/// reads them (`None` when the revision row is missing).
-type Lengths = (Option<i64>, Option<i64>);
-
-/// The stored lengths by revision digest, for the heads whose revision row exists.
-fn stored_lengths<'h>(
-    heads: impl Iterator<Item = (&'h ObservedHead, Lengths)>,
-) -> HashMap<String, StoredLength> {
-    heads
-        .filter_map(|(h, lengths)| match lengths {
-            (Some(byte_length), Some(actual_length)) => Some((
-                h.head.revision_digest.clone(),
-                StoredLength {
-                    byte_length,
-                    actual_length,
-                },
-            )),
-            _ => None,
-        })
-        .collect()
-}
-
-/// The heads of an `APPEND_PG` row, in vector order.
-fn heads_from_arrays(row: &sqlx::postgres::PgRow) -> Result<Vec<ObservedHead>, StoreError> {
-    let mut heads = heads_in_array_order(row)?;
-    sort_heads(&mut heads);
-    Ok(heads)
-}
-
-/// The rejections of SQLite's open statement: a JSON array of `[vector, reason, detail]`.
-fn rejections_from_json(text: &str) -> Result<HashMap<String, RecordedRejection>, StoreError> {
-    let rows: Vec<(String, String, String)> = serde_json::from_str(text).map_err(|e| {
-        StoreError::Other(format!(
-            "unreadable rejections from the open statement: {e}; this is a bug, please report it"
-        ))
-    })?;
-    Ok(rejections_that_stand(rows))
-}
-
-/// The recorded rejections that stand, by active vector digest: a verdict on a revision row
-/// that an older build recorded (`revision-missing`, `revision-digest-mismatch`) never skips a
-/// build nor explains one, though its row stays as history ([`ReportedCode::stands`]).
-fn rejections_that_stand(
-    rows: impl IntoIterator<Item = (String, String, String)>,
-) -> HashMap<String, RecordedRejection> {
-    rows.into_iter()
-        .map(|(vector, reason, detail)| {
-            let reason = ReportedCode::parse(&reason);
-            (vector, RecordedRejection { reason, detail })
-        })
-        .filter(|(_, r)| r.reason.stands())
-        .collect()
-}
-
-/// Vector order: byte order of package names, which are unique within a project. The arrays
-/// of a row are aggregated without an `ORDER BY` of their own (one would cost a sort each).
-fn sort_heads(heads: &mut [ObservedHead]) {
-    heads.sort_unstable_by(|a, b| a.head.package_name.cmp(&b.head.package_name));
-}
-
-fn misaligned() -> StoreError {
-    StoreError::Other(
-        "the observation's columns have different lengths; this is a bug, please report it".into(),
-    )
-}
-
-/// The heads of an `OPEN_PG` or `APPEND_PG` row, which come as parallel arrays, in the order
-/// of the arrays (which every other array column of the row shares).
-fn heads_in_array_order(row: &sqlx::postgres::PgRow) -> Result<Vec<ObservedHead>, StoreError> {
-    let names: Vec<String> = row.try_get("package_names")?;
-    let installations: Vec<String> = row.try_get("installation_ids")?;
-    let generations: Vec<i64> = row.try_get("generations")?;
-    let statuses: Vec<Option<String>> = row.try_get("statuses")?;
-    let generation_digests: Vec<Option<String>> = row.try_get("generation_digests")?;
-    let lock_digests: Vec<Option<String>> = row.try_get("lock_digests")?;
-    let revision_digests: Vec<Option<String>> = row.try_get("revision_digests")?;
-    let permissions: Vec<Option<String>> = row.try_get("permissions")?;
-    let n = names.len();
-    if [
-        installations.len(),
-        generations.len(),
-        statuses.len(),
-        generation_digests.len(),
-        lock_digests.len(),
-        revision_digests.len(),
-        permissions.len(),
-    ]
-    .iter()
-    .any(|&len| len != n)
-    {
-        return Err(misaligned());
-    }
-    let mut heads = Vec::with_capacity(n);
-    let columns = names
-        .into_iter()
-        .zip(installations)
-        .zip(generations)
-        .zip(statuses)
-        .zip(generation_digests)
-        .zip(lock_digests)
-        .zip(revision_digests)
-        .zip(permissions);
-    for (((((((package_name, installation_id), generation), status), gd), ld), rd), p) in columns {
-        heads.push(ObservedHead {
-            head: ActiveHead {
-                package_name,
-                installation_id,
-                generation,
-                generation_digest: gd.unwrap_or_default(),
-                lock_digest: ld.unwrap_or_default(),
-                revision_digest: rd.unwrap_or_default(),
-                approved_permissions: p.unwrap_or_default(),
-            },
-            status: crate::rows::status(status)?,
-        });
-    }
-    Ok(heads)
 }
