@@ -29,7 +29,6 @@ pub use attempt::{Appending, Attempt, ClaimState, Opening, Replay, RevisionBytes
 pub use dialect::{Dialect, Statement};
 pub use error::StoreError;
 use primary::PgTarget;
-pub use primary::{Hosts, SessionAttrs, split_hosts};
 pub use redact::{redact, redact_text};
 pub use secrets::describe;
 pub use sqlite_file::SqliteUse;

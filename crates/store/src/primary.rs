@@ -29,7 +29,7 @@ pub(crate) struct PgTarget {
 /// What a host must be for the executor to use it: libpq's `target_session_attrs`, of which
 /// the executor takes the values that can write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SessionAttrs {
+pub(crate) enum SessionAttrs {
     /// `any`: whatever answers.
     Any,
     /// `read-write` (the executor's default with several hosts): a server that is not in
@@ -42,7 +42,7 @@ pub enum SessionAttrs {
 impl SessionAttrs {
     /// Parses a value as libpq does: every value libpq knows is taken or refused with the
     /// reason, an unknown one is refused (libpq refuses it too; a typo must not mean "primary").
-    pub fn parse(value: &str) -> Result<Self, StoreError> {
+    pub(crate) fn parse(value: &str) -> Result<Self, StoreError> {
         match value {
             "any" => Ok(Self::Any),
             "read-write" => Ok(Self::ReadWrite),
@@ -63,7 +63,7 @@ impl SessionAttrs {
 
 /// The hosts of a URL, and what each must be.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Hosts {
+pub(crate) struct Hosts {
     /// One URL per host, without `target_session_attrs`.
     pub urls: Vec<String>,
     /// What a host must be, when that is asked (the URL's `target_session_attrs`, else
@@ -75,7 +75,10 @@ pub struct Hosts {
 /// Splits `postgres://user@h1:p1,h2:p2/db?…` into one URL per host, dropping
 /// `target_session_attrs` (handled here; `env` gives `PGTARGETSESSIONATTRS` when the URL does
 /// not set it, as libpq reads it).
-pub fn split_hosts(url: &str, env: impl Fn(&str) -> Option<String>) -> Result<Hosts, StoreError> {
+pub(crate) fn split_hosts(
+    url: &str,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Hosts, StoreError> {
     let (scheme, rest) = match url.split_once("://") {
         Some(parts) => parts,
         None => {

@@ -152,7 +152,7 @@ pub fn describe(url: &str) -> String {
         Some(crate::Dialect::Sqlite) => {
             format!("the SQLite file {}", crate::sqlite_file::path_in(url).0)
         }
-        Some(crate::Dialect::Postgres) => match crate::split_hosts(url, |_| None) {
+        Some(crate::Dialect::Postgres) => match crate::primary::split_hosts(url, |_| None) {
             Ok(hosts) => {
                 let mut parts = Vec::new();
                 for u in &hosts.urls {
