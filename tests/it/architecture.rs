@@ -5,9 +5,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::Command;
-
-use serde_json::Value;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -329,17 +326,7 @@ fn each_core_module_uses_only_those_listed_above_it() {
 /// The packages a workspace member depends on to build (normal dependencies, transitively), by
 /// name, from `cargo metadata`'s resolved graph.
 fn build_closure(member: &str) -> BTreeSet<String> {
-    let out = Command::new(env!("CARGO"))
-        .args(["metadata", "--format-version", "1", "--locked", "--offline"])
-        .current_dir(root())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let meta: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let meta = package_executor_testkit::cargo_metadata(&[]);
     let nodes = meta["resolve"]["nodes"].as_array().unwrap();
     let name_of = |id: &str| {
         meta["packages"]

@@ -23,18 +23,7 @@ fn host_triple() -> String {
 /// The highest `rust_version` among the locked dependencies built for this host, and who
 /// declares it.
 fn highest_dependency_rust_version() -> ((u64, u64), String) {
-    let out = Command::new(env!("CARGO"))
-        .args(["metadata", "--format-version", "1", "--locked", "--offline"])
-        .args(["--filter-platform", &host_triple()])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "cargo metadata: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let meta = package_executor_testkit::cargo_metadata(&["--filter-platform", &host_triple()]);
     let root = meta["resolve"]["root"].as_str().unwrap().to_owned();
     meta["packages"]
         .as_array()

@@ -59,3 +59,19 @@ pub fn free_port() -> u16 {
         .map(|a| a.port())
         .expect("a free port on loopback")
 }
+
+/// `cargo metadata` of the workspace, locked and offline, with `args` added: its JSON.
+pub fn cargo_metadata(args: &[&str]) -> serde_json::Value {
+    let out = std::process::Command::new(env!("CARGO"))
+        .args(["metadata", "--format-version", "1", "--locked", "--offline"])
+        .args(args)
+        .current_dir(helm::root())
+        .output()
+        .expect("cargo runs");
+    assert!(
+        out.status.success(),
+        "cargo metadata: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("cargo metadata prints JSON")
+}
