@@ -51,9 +51,7 @@ async fn activate_in(
                 "installation {installation_id} has no generation {generation}; import it first"
             )));
         };
-        let status = crate::rows::status(target.try_get("status")?)?;
-        let status =
-            status.ok_or_else(|| StoreError::Other("a generation row without a status".into()))?;
+        let status = crate::rows::generation_status(target.try_get("status")?)?;
         if status == GenerationStatus::Active && current == Some(generation) {
             return Ok(());
         }

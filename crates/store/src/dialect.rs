@@ -57,13 +57,27 @@ impl Dialect {
     /// A text made at run time, in this dialect (what [`statement!`](crate::statement) does to
     /// a constant at compile time).
     pub fn render(self, text: &str) -> Cow<'_, str> {
-        let mut out = Cow::Borrowed(text);
-        for (from, to) in self.differences() {
-            if out.contains(from) {
-                out = Cow::Owned(out.replace(from, to));
+        // The same left-to-right pass as `render` below, by the same matcher. A match starts
+        // with an ASCII byte, so it always stands at a character boundary.
+        let (table, bytes) = (self.differences(), text.as_bytes());
+        let mut out = String::new();
+        let (mut at, mut copied) = (0, 0);
+        while at < bytes.len() {
+            match difference_at(bytes, at, table) {
+                Some(d) => {
+                    out.push_str(&text[copied..at]);
+                    out.push_str(table[d].1);
+                    at += table[d].0.len();
+                    copied = at;
+                }
+                None => at += 1,
             }
         }
-        out
+        if copied == 0 {
+            return Cow::Borrowed(text);
+        }
+        out.push_str(&text[copied..]);
+        Cow::Owned(out)
     }
 }
 

@@ -28,18 +28,20 @@ pub(crate) struct SnapshotSource {
 /// A generation's status as its column holds it (`None` where the generation row is missing).
 /// The database's `CHECK` admits only the contract's words; anything else fails closed.
 pub(crate) fn status(text: Option<String>) -> sqlx::Result<Option<GenerationStatus>> {
-    text.map(|t| {
-        GenerationStatus::parse(&t).ok_or_else(|| {
-            sqlx::Error::Decode(
-                format!(
-                    "a generation's status is {t:?}, which this build does not know; is the \
-                     schema newer than this build?"
-                )
-                .into(),
+    text.as_deref().map(generation_status).transpose()
+}
+
+/// A `package_generations.status` that is there (see [`status`]).
+pub(crate) fn generation_status(text: &str) -> sqlx::Result<GenerationStatus> {
+    GenerationStatus::parse(text).ok_or_else(|| {
+        sqlx::Error::Decode(
+            format!(
+                "a generation's status is {text:?}, which this build does not know; is the \
+                 schema newer than this build?"
             )
-        })
+            .into(),
+        )
     })
-    .transpose()
 }
 
 /// A digest column, checked as it enters (the tables' `CHECK`s hold the format, so a failure

@@ -11,6 +11,21 @@ use package_executor_core::planner::{ActiveHead, Snapshot};
 use package_executor_core::rejection::Rejection;
 use package_executor_core::source_key::source_key;
 
+/// `$query` with the snapshot row's first seven parameters bound (`$1` … `$7`, in the order
+/// `INSERT_SNAPSHOT` and `APPEND_PG` both take them), for either dialect's query type.
+macro_rules! snapshot_columns {
+    ($query:expr, $s:expr) => {
+        $query
+            .bind(&$s.project_id)
+            .bind($s.active_vector_digest.as_str())
+            .bind($s.definition_digest.as_str())
+            .bind($s.snapshot_digest.as_str())
+            .bind($s.sources.len() as i32)
+            .bind($s.definition_count as i32)
+            .bind($s.canonical_json.as_slice())
+    };
+}
+
 pub(super) fn insert_sources_sql(d: Dialect, rows: usize) -> String {
     let table = match d {
         Dialect::Postgres => "ql3.tool_definition_snapshot_sources",
@@ -85,14 +100,7 @@ impl Attempt<'_> {
     /// source rows; true when inserted.
     pub(super) async fn insert_rows(&mut self, s: &Snapshot) -> Result<bool, StoreError> {
         on_conn!(self, |c, d| {
-            let inserted = sqlx::query(sql::INSERT_SNAPSHOT.text(d))
-                .bind(&s.project_id)
-                .bind(s.active_vector_digest.as_str())
-                .bind(s.definition_digest.as_str())
-                .bind(s.snapshot_digest.as_str())
-                .bind(s.sources.len() as i32)
-                .bind(s.definition_count as i32)
-                .bind(s.canonical_json.as_slice())
+            let inserted = snapshot_columns!(sqlx::query(sql::INSERT_SNAPSHOT.text(d)), s)
                 .bind(source_key(&s.sources))
                 .fetch_optional(&mut *c)
                 .await?;
@@ -150,14 +158,7 @@ impl Attempt<'_> {
             Attempt::Pg(tx) => {
                 let column =
                     |f: fn(&ActiveHead) -> &str| -> Vec<&str> { s.sources.iter().map(f).collect() };
-                let row = sqlx::query(sql::APPEND_PG)
-                    .bind(&s.project_id)
-                    .bind(s.active_vector_digest.as_str())
-                    .bind(s.definition_digest.as_str())
-                    .bind(s.snapshot_digest.as_str())
-                    .bind(s.sources.len() as i32)
-                    .bind(s.definition_count as i32)
-                    .bind(s.canonical_json.as_slice())
+                let row = snapshot_columns!(sqlx::query(sql::APPEND_PG), s)
                     .bind(column(|h| &h.package_name))
                     .bind(column(|h| &h.installation_id))
                     .bind(s.sources.iter().map(|h| h.generation).collect::<Vec<i64>>())
