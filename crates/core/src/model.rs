@@ -110,6 +110,13 @@ impl Digest {
     }
 }
 
+string_newtype!(
+    /// A project id the planner has checked (a built snapshot's): `^[A-Za-z0-9._-]{1,128}$`.
+    /// Rows and the command line carry ids as text, so that a bad one can be reported and
+    /// explained, not refused before anyone sees it.
+    ProjectId, is_project_id, "project id (expected ^[A-Za-z0-9._-]{1,128}$)"
+);
+
 /// `^[A-Za-z0-9._-]{1,128}$`
 pub fn is_project_id(s: &str) -> bool {
     (1..=128).contains(&s.len())

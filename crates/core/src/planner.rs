@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use crate::canonical::{self, HashSink, Sink};
 use crate::identity::{self, LedgerConflict};
 use crate::limits::{MAX_DEFINITIONS, MAX_PACKAGES, MAX_REVISION_BYTES, MAX_SNAPSHOT_BYTES};
-use crate::model::{self, Digest};
+use crate::model::{self, Digest, ProjectId};
 use crate::quote::quote;
 use crate::rejection::{Rejection, RejectionCode as Code};
 use crate::revision::{self, ValidatedDefinition};
@@ -55,7 +55,7 @@ pub struct StoredLength {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Snapshot {
     /// The project.
-    pub project_id: String,
+    pub project_id: ProjectId,
     /// Digest of the active vector document.
     pub active_vector_digest: Digest,
     /// Digest of the definition set document.
@@ -200,17 +200,22 @@ impl SnapshotBuilder {
                 ),
             ));
         }
-        if !model::is_project_id(&self.project_id) {
-            return Err(Rejection::new(
+        self.checked_project_id().map(drop)
+    }
+
+    /// The project id, checked: a built snapshot carries a [`ProjectId`], so no build can skip
+    /// this check.
+    fn checked_project_id(&self) -> Result<ProjectId, Rejection> {
+        ProjectId::parse(&self.project_id).map_err(|_| {
+            Rejection::new(
                 Code::SourceInvalid,
                 format!(
                     "project id {} breaks ^[A-Za-z0-9._-]{{1,128}}$; the database's constraints \
                      were bypassed, repair the projects row",
                     quote(&self.project_id)
                 ),
-            ));
-        }
-        Ok(())
+            )
+        })
     }
 
     /// Step 2a: the row formats of package `i`; returns its approved permissions.
@@ -364,7 +369,8 @@ impl SnapshotBuilder {
 
     /// Step 3: the set checks, then the document.
     pub fn finish(mut self) -> Result<Snapshot, Rejection> {
-        let project = &self.project_id;
+        let project_id = self.checked_project_id()?;
+        let project = &project_id;
         if self.definition_count > MAX_DEFINITIONS {
             return Err(Rejection::new(
                 Code::TooManyDefinitions,
@@ -458,7 +464,7 @@ impl SnapshotBuilder {
         doc.put(&definitions);
         drop(definitions);
         doc.put(b",\"projectId\":");
-        canonical::write_string(project, &mut doc);
+        canonical::write_string(project.as_str(), &mut doc);
         doc.put(b",\"schema\":");
         canonical::write_string(SNAPSHOT_SCHEMA, &mut doc);
         doc.put(b"}");
@@ -467,7 +473,7 @@ impl SnapshotBuilder {
         }
         Ok(Snapshot {
             snapshot_digest: Digest::of(&doc),
-            project_id: self.project_id,
+            project_id,
             active_vector_digest: self.vector_digest,
             definition_digest,
             canonical_json: doc,

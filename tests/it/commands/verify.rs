@@ -25,7 +25,7 @@ fn stored() -> StoredSnapshot {
     .unwrap();
     StoredSnapshot {
         snapshot_id: 1,
-        project_id: s.project_id,
+        project_id: s.project_id.to_string(),
         snapshot_digest: s.snapshot_digest.as_str().to_owned(),
         active_vector_digest: s.active_vector_digest.as_str().to_owned(),
         definition_digest: s.definition_digest.as_str().to_owned(),

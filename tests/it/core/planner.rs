@@ -426,6 +426,11 @@ fn source_rows() {
         .map(|i| Pkg::new(&format!("p{i}"), &revision(&format!("p{i}"), json!([]))))
         .collect();
     assert_eq!(code(&plan("bad project!", &many)), "too-many-packages");
+    // A build that skips step 1 still cannot finish with a bad id: a snapshot's id is a
+    // checked `ProjectId`.
+    let skipped = package_executor::planner::SnapshotBuilder::new("bad project!", Vec::new());
+    let refused = skipped.finish().expect_err("a bad project id is refused");
+    assert_eq!(refused.code.as_str(), "source-invalid");
 }
 
 #[test]

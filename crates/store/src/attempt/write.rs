@@ -16,7 +16,7 @@ use package_executor_core::source_key::source_key;
 macro_rules! snapshot_columns {
     ($query:expr, $s:expr) => {
         $query
-            .bind(&$s.project_id)
+            .bind($s.project_id.as_str())
             .bind($s.active_vector_digest.as_str())
             .bind($s.definition_digest.as_str())
             .bind($s.snapshot_digest.as_str())
@@ -175,10 +175,10 @@ impl Attempt<'_> {
                 })
             }
             Attempt::Lite(_) => {
-                let second = self.observe(&s.project_id).await?;
+                let second = self.observe(s.project_id.as_str()).await?;
                 let inserted = self.insert_rows(s).await?;
                 if let Some(version) = mark {
-                    self.clear_mark(&s.project_id, version).await?;
+                    self.clear_mark(s.project_id.as_str(), version).await?;
                 }
                 Ok(Appending { second, inserted })
             }
@@ -190,7 +190,7 @@ impl Attempt<'_> {
     pub async fn replay_outcome(&mut self, s: &Snapshot) -> Result<Replay, StoreError> {
         super::on_conn!(self, |c, d| {
             let existing = sqlx::query(sql::SNAPSHOT_BY_VECTOR.text(d))
-                .bind(&s.project_id)
+                .bind(s.project_id.as_str())
                 .bind(s.active_vector_digest.as_str())
                 .fetch_optional(c)
                 .await?;
