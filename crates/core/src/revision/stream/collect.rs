@@ -1,15 +1,40 @@
-//! The push scanner's collecting half: what each token means for the three kept members,
-//! and the contribution at the end.
+//! The collector: what each event of the lexer means for the three kept members.
 
 use super::*;
 
-impl Scanner {
+/// What the scanner builds of the three kept members as the lexer's events come (the
+/// lexer's own state is its own).
+#[derive(Debug)]
+pub(super) struct Collector {
+    pub(super) package_name: String,
+    pub(super) approved: Vec<String>,
+    /// The kept member whose value comes next or is being read.
+    pub(super) member: Option<Member>,
+    /// Kept members seen, by [`Member::index`].
+    pub(super) seen: [bool; 3],
+    pub(super) schema: Schema,
+    pub(super) package: Package,
+    /// The `package` member whose value comes next (`name` or `version`).
+    pub(super) package_field: Option<PackageField>,
+    pub(super) tools: Tools,
+    /// Items of `tools` started so far.
+    pub(super) tool_items: usize,
+    pub(super) not_object: Option<usize>,
+    pub(super) definition: Option<Definition>,
+    pub(super) kept: Vec<ValidatedDefinition>,
+    pub(super) valid: usize,
+    pub(super) body_bytes: u64,
+    pub(super) bodies_dropped: bool,
+    pub(super) first_rejection: Option<Rejection>,
+}
+
+impl Events for Collector {
     /// A member name starts: decide how much of it to collect.
-    pub(super) fn begin_key(&mut self) {
-        let depth = self.lex.stack.len();
-        let cap = match self.region() {
-            _ if self.names_are_read() => Some(NAME_BYTES),
-            Some(Member::Tools) if self.in_definition() => match &self.definition {
+    fn key_starts(&mut self, lex: &mut Lexer) {
+        let depth = lex.stack.len();
+        let cap = match self.region(lex) {
+            _ if self.names_are_read(lex) => Some(NAME_BYTES),
+            Some(Member::Tools) if self.in_definition(lex) => match &self.definition {
                 Some(d) if !d.unbuilt => Some(6 * d.room() as usize + 8),
                 Some(_) if depth == 3 => Some(NAME_BYTES),
                 _ => None,
@@ -17,21 +42,19 @@ impl Scanner {
             _ => None,
         };
         match cap {
-            Some(cap) => self.lex.text.start(cap),
-            None => self.lex.text.on = false,
+            Some(cap) => lex.text.start(cap),
+            None => lex.text.on = false,
         }
-        self.lex.text.push(b"\"");
-        self.lex.token = Token::Str(self.new_str(true));
     }
 
     /// A value starts (the stack does not hold it yet): note what the kept members are.
-    pub(super) fn begin_value(&mut self, kind: Kind) {
-        let depth = self.lex.stack.len();
-        self.lex.text.on = false;
+    fn value_starts(&mut self, lex: &mut Lexer, kind: Kind) {
+        let depth = lex.stack.len();
+        lex.text.on = false;
         match (depth, self.member) {
             (1, Some(Member::Schema)) => {
                 if kind == Kind::String {
-                    self.lex.text.start(SMALL_TEXT_BYTES);
+                    lex.text.start(SMALL_TEXT_BYTES);
                 } else {
                     self.schema =
                         Schema::Wrong(format!("not a string but {kind:?}").to_lowercase());
@@ -57,7 +80,7 @@ impl Scanner {
             (2, Some(Member::Package)) => {
                 if let Some(field) = self.package_field {
                     if kind == Kind::String {
-                        self.lex.text.start(SMALL_TEXT_BYTES);
+                        lex.text.start(SMALL_TEXT_BYTES);
                     } else {
                         self.set_field(field, Field::NotString);
                         self.package_field = None;
@@ -75,7 +98,7 @@ impl Scanner {
                 }
             }
             (d, Some(Member::Tools)) if d >= 3 && self.definition.is_some() => {
-                let in_array = self.lex.stack.last() == Some(&Container::Array);
+                let in_array = lex.stack.last() == Some(&Container::Array);
                 match kind {
                     Kind::Object | Kind::Array => {
                         if let Some(def) = &mut self.definition {
@@ -89,7 +112,7 @@ impl Scanner {
                             }
                             if !def.unbuilt {
                                 let cap = 6 * def.room() as usize + 8;
-                                self.lex.text.start(cap);
+                                lex.text.start(cap);
                             }
                         }
                     }
@@ -100,123 +123,45 @@ impl Scanner {
         }
     }
 
-    pub(super) fn set_field(&mut self, field: PackageField, value: Field) {
-        if let Package::Object { name, version } = &mut self.package {
-            *field.of(name, version) = value;
-        }
+    fn strict(&self, lex: &Lexer, key: bool) -> bool {
+        (key && self.names_are_read(lex)) || self.region(lex).is_some()
     }
 
-    pub(super) fn open(&mut self, container: Container) {
-        if self.lex.stack.len() >= MAX_REVISION_DEPTH {
-            // The depth check reports it; nothing deeper is scanned.
-            self.fail(JsonError::TooDeep(MAX_REVISION_DEPTH));
-            return;
-        }
-        self.lex.stack.push(container);
-        self.lex.expect = if container == Container::Object {
-            Expect::KeyOrClose
-        } else {
-            Expect::ValueOrClose
-        };
+    fn collects_number(&self, lex: &Lexer) -> bool {
+        self.region(lex).is_some()
     }
 
-    pub(super) fn close(&mut self, container: Container) {
-        let depth = self.lex.stack.len();
-        if self.lex.stack.pop() != Some(container) {
-            self.fail("mismatched closing bracket");
-            return;
-        }
-        if depth == 3 && self.member == Some(Member::Tools) {
-            if let Some(def) = self.definition.take() {
-                self.definition_done(def);
-            }
-        } else if depth > 3
-            && let Some(def) = &mut self.definition
+    /// A definition's string that cannot fit its definition's limit any more makes the
+    /// definition oversized at once, so its text is never held past the limit.
+    fn string_continues(&mut self, lex: &mut Lexer) {
+        if self.in_definition(lex)
+            && let Some(d) = &mut self.definition
+            && !d.unbuilt
+            && lex.text.on
+            && !lex.text.complete()
         {
-            def.close();
-        }
-        self.value_done();
-    }
-
-    /// A value ended (the stack no longer holds it, if it was a container).
-    pub(super) fn value_done(&mut self) {
-        self.lex.expect = if self.lex.stack.is_empty() {
-            Expect::End
-        } else {
-            Expect::CommaOrClose
-        };
-        match self.lex.stack.len() {
-            1 => {
-                self.member = None;
-                self.lex.text.on = false;
-            }
-            2 if self.member == Some(Member::Package) => self.package_field = None,
-            _ => {}
+            d.grow(MAX_DEFINITION_BYTES + 1);
+            lex.text.on = false;
         }
     }
 
-    pub(super) fn literal_done(&mut self, word: &'static [u8]) {
-        if self.in_definition() {
-            let value = match word {
-                b"true" => Value::Bool(true),
-                b"false" => Value::Bool(false),
-                _ => Value::Null,
-            };
-            let in_array = self.lex.stack.last() == Some(&Container::Array);
-            if let Some(def) = &mut self.definition {
-                def.scalar(value, word.len() as u64, in_array);
-            }
-        }
-        self.scalar_done();
-    }
-
-    pub(super) fn number_done(&mut self) {
-        if self.lex.number_on {
-            self.lex.number_on = false;
-            match self.lex.number.value() {
-                Ok(n) => {
-                    if self.in_definition() {
-                        let in_array = self.lex.stack.last() == Some(&Container::Array);
-                        if let Some(def) = &mut self.definition {
-                            def.scalar(Value::Number(n), 1, in_array);
-                        }
-                    }
-                }
-                Err(e) => return self.fail(e),
-            }
-        }
-        self.scalar_done();
-    }
-
-    pub(super) fn scalar_done(&mut self) {
-        self.value_done();
-    }
-
-    pub(super) fn schema_done(&mut self) {
-        self.schema = match self.lex.text.decode() {
-            Some(Ok(s)) if s == REVISION_SCHEMA => Schema::Right,
-            _ => Schema::Wrong(quote_bytes(&self.lex.text.bytes, self.lex.text.seen)),
-        };
-    }
-
-    pub(super) fn string_done(&mut self, key: bool) {
-        let depth = self.lex.stack.len();
-        if key {
-            self.lex.expect = Expect::Colon;
-            if !self.lex.text.on {
+    fn key_ends(&mut self, lex: &mut Lexer) {
+        let depth = lex.stack.len();
+        {
+            if !lex.text.on {
                 return;
             }
-            self.lex.text.on = false;
-            let name = match self.lex.text.decode() {
+            lex.text.on = false;
+            let name = match lex.text.decode() {
                 Some(Ok(name)) => Some(name),
-                Some(Err(e)) => return self.fail(e),
+                Some(Err(e)) => return lex.fail(e),
                 None => None,
             };
             if depth == 1 {
                 self.member = name.as_deref().and_then(Member::of);
                 if let Some(m) = self.member {
                     if self.seen[m.index()] {
-                        return self.fail(format_args!(
+                        return lex.fail(format_args!(
                             "duplicate member name {}",
                             quote(name.as_deref().unwrap_or_default())
                         ));
@@ -224,7 +169,7 @@ impl Scanner {
                     self.seen[m.index()] = true;
                 }
             } else if depth == 2 && self.member == Some(Member::Package) {
-                self.package_key(name.as_deref());
+                self.package_key(lex, name.as_deref());
             } else if let Some(def) = &mut self.definition {
                 if depth == 3
                     && let Some(name) = &name
@@ -237,29 +182,27 @@ impl Scanner {
                     _ => {}
                 }
             }
-            return;
         }
-        // A string value.
+    }
+
+    fn string_ends(&mut self, lex: &mut Lexer) {
+        let depth = lex.stack.len();
         if depth == 1 && self.member == Some(Member::Schema) {
-            self.schema_done();
+            self.schema_done(lex);
         } else if depth == 2 && self.member == Some(Member::Package) {
             if let Some(slot) = self.package_field.take() {
-                let field = match self.lex.text.decode() {
+                let field = match lex.text.decode() {
                     Some(Ok(s)) => Field::Str(s),
-                    Some(Err(e)) => return self.fail(e),
+                    Some(Err(e)) => return lex.fail(e),
                     None => Field::Long(
-                        String::from_utf8_lossy(&self.lex.text.bytes).into_owned(),
-                        self.lex.text.seen,
+                        String::from_utf8_lossy(&lex.text.bytes).into_owned(),
+                        lex.text.seen,
                     ),
                 };
                 self.set_field(slot, field);
             }
-        } else if self.in_definition() {
-            let decoded = if self.lex.text.on {
-                self.lex.text.decode()
-            } else {
-                None
-            };
+        } else if self.in_definition(lex) {
+            let decoded = if lex.text.on { lex.text.decode() } else { None };
             if let Some(def) = &mut self.definition
                 && !def.unbuilt
             {
@@ -272,17 +215,120 @@ impl Scanner {
                             def.attach(Value::String(s));
                         }
                     }
-                    Some(Err(e)) => return self.fail(e),
+                    Some(Err(e)) => lex.fail(e),
                     None => def.grow(MAX_DEFINITION_BYTES + 1),
                 }
             }
         }
-        self.lex.text.on = false;
-        self.value_done();
+    }
+
+    fn number_ends(&mut self, lex: &mut Lexer, n: Number) {
+        if self.in_definition(lex) {
+            let in_array = lex.stack.last() == Some(&Container::Array);
+            if let Some(def) = &mut self.definition {
+                def.scalar(Value::Number(n), 1, in_array);
+            }
+        }
+    }
+
+    fn literal_ends(&mut self, lex: &mut Lexer, word: &'static [u8]) {
+        if self.in_definition(lex) {
+            let value = match word {
+                b"true" => Value::Bool(true),
+                b"false" => Value::Bool(false),
+                _ => Value::Null,
+            };
+            let in_array = lex.stack.last() == Some(&Container::Array);
+            if let Some(def) = &mut self.definition {
+                def.scalar(value, word.len() as u64, in_array);
+            }
+        }
+    }
+
+    fn container_ends(&mut self, lex: &mut Lexer, depth: usize) {
+        if depth == 3 && self.member == Some(Member::Tools) {
+            if let Some(def) = self.definition.take() {
+                self.definition_done(lex, def);
+            }
+        } else if depth > 3
+            && let Some(def) = &mut self.definition
+        {
+            def.close();
+        }
+    }
+
+    fn value_ends(&mut self, lex: &mut Lexer) {
+        match lex.stack.len() {
+            1 => {
+                self.member = None;
+                lex.text.on = false;
+            }
+            2 if self.member == Some(Member::Package) => self.package_field = None,
+            _ => {}
+        }
+    }
+}
+
+impl Collector {
+    pub(super) fn new(package_name: &str, approved: &[String]) -> Self {
+        Self {
+            package_name: package_name.to_owned(),
+            approved: approved.to_vec(),
+            member: None,
+            seen: [false; 3],
+            schema: Schema::default(),
+            package: Package::default(),
+            package_field: None,
+            tools: Tools::default(),
+            tool_items: 0,
+            not_object: None,
+            definition: None,
+            kept: Vec::new(),
+            valid: 0,
+            body_bytes: 0,
+            bodies_dropped: false,
+            first_rejection: None,
+        }
+    }
+
+    /// The kept member being read, when the scanner is inside its value. Of `package` only
+    /// `name` and `version` are kept: its other members are ignored like the document's
+    /// (contract section 3), so inside them nothing is strict.
+    fn region(&self, lex: &Lexer) -> Option<Member> {
+        if !(lex.stack.len() >= 2 || lex.text.on || lex.number_on) {
+            return None;
+        }
+        match self.member {
+            Some(Member::Package) if lex.stack.len() != 2 || self.package_field.is_none() => None,
+            kept => kept,
+        }
+    }
+
+    /// A member name is read here whatever it names: the document's own, and `package`'s.
+    fn names_are_read(&self, lex: &Lexer) -> bool {
+        let depth = lex.stack.len();
+        depth == 1 || (depth == 2 && self.member == Some(Member::Package))
+    }
+
+    fn in_definition(&self, lex: &Lexer) -> bool {
+        self.definition.is_some() && lex.stack.len() >= 3
+    }
+
+    fn set_field(&mut self, field: PackageField, value: Field) {
+        if let Package::Object { name, version } = &mut self.package {
+            *field.of(name, version) = value;
+        }
+    }
+
+    fn schema_done(&mut self, lex: &Lexer) {
+        self.schema = match lex.text.decode() {
+            Some(Ok(s)) if s == REVISION_SCHEMA => Schema::Right,
+            _ => Schema::Wrong(quote_bytes(&lex.text.bytes, lex.text.seen)),
+        };
     }
 
     /// A member name of `package` ended: `name` and `version` are read, the rest skipped.
-    pub(super) fn package_key(&mut self, name: Option<&str>) {
+    fn package_key(&mut self, lex: &mut Lexer, name: Option<&str>) {
         let (field, quoted) = match name {
             Some("name") => (PackageField::Name, "\"name\""),
             Some("version") => (PackageField::Version, "\"version\""),
@@ -291,7 +337,7 @@ impl Scanner {
         if let Package::Object { name, version } = &mut self.package
             && *field.of(name, version) != Field::Missing
         {
-            return self.fail(format_args!("duplicate member name {quoted}"));
+            return lex.fail(format_args!("duplicate member name {quoted}"));
         }
         // Marked present (not a string) until its value says otherwise.
         self.set_field(field, Field::NotString);
@@ -299,8 +345,8 @@ impl Scanner {
     }
 
     /// A definition closed: validate it now and keep what the snapshot needs of it.
-    pub(super) fn definition_done(&mut self, def: Definition) {
-        if self.error.is_some() || self.first_rejection.is_some() {
+    fn definition_done(&mut self, lex: &Lexer, def: Definition) {
+        if lex.error.is_some() || self.first_rejection.is_some() {
             return;
         }
         let Definition {
@@ -341,83 +387,5 @@ impl Scanner {
             }
             Err(r) => self.first_rejection = Some(r),
         }
-    }
-
-    pub(super) fn finish(mut self) -> Result<Contribution, Rejection> {
-        if self.error.is_none()
-            && !(self.lex.expect == Expect::End && self.lex.token == Token::None)
-        {
-            self.fail("EOF while parsing the document");
-        }
-        let package = self.package_name.as_str();
-        if let Some(e) = &self.error {
-            return Err(malformed(package, e));
-        }
-        match &self.schema {
-            Schema::Right => {}
-            Schema::Wrong(text) => {
-                return Err(malformed(
-                    package,
-                    format_args!("schema is {text}, not {REVISION_SCHEMA:?}"),
-                ));
-            }
-            Schema::Missing => return Err(malformed(package, "the schema member is missing")),
-        }
-        let Package::Object { name, version } = &self.package else {
-            return Err(malformed(package, "package is missing or not an object"));
-        };
-        let declared = match name {
-            Field::Str(s) => s.as_str(),
-            Field::Long(prefix, _) => prefix.as_str(),
-            _ => {
-                return Err(malformed(
-                    package,
-                    "package.name is missing or not a string",
-                ));
-            }
-        };
-        let package_version = match version {
-            Field::Str(v) if semver::Version::parse(v).is_ok() => v.clone(),
-            _ => {
-                return Err(malformed(
-                    package,
-                    format_args!(
-                        "package.version is missing, not SemVer 2.0.0 or over \
-                         {SMALL_TEXT_BYTES} bytes"
-                    ),
-                ));
-            }
-        };
-        if self.tools == Tools::NotArray {
-            return Err(malformed(package, "tools is not an array"));
-        }
-        if let Some(i) = self.not_object {
-            return Err(malformed(
-                package,
-                format_args!("tools[{i}] is not an object"),
-            ));
-        }
-        if !matches!(name, Field::Str(s) if s == package) {
-            let shown = match name {
-                Field::Long(_, len) => format!("{}… ({len} bytes of JSON text)", quote(declared)),
-                _ => quote(declared).to_string(),
-            };
-            return Err(Rejection::new(
-                Code::PackageMismatch,
-                format!(
-                    "package {package}: the revision declares package {shown}; the \
-                     installation's generation points at another package's revision, fix the \
-                     generation"
-                ),
-            ));
-        }
-        if let Some(r) = self.first_rejection.take() {
-            return Err(r);
-        }
-        Ok(Contribution {
-            package_version,
-            definitions: self.kept,
-            definition_count: self.valid,
-        })
     }
 }

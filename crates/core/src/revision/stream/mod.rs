@@ -43,6 +43,7 @@ use crate::rejection::{Rejection, RejectionCode as Code};
 mod collect;
 mod collected;
 mod definition;
+mod lexer;
 mod number;
 mod scanner;
 #[cfg(test)]
@@ -50,8 +51,10 @@ mod tests;
 mod token;
 mod utf8;
 
+use collect::*;
 use collected::*;
 use definition::*;
+use lexer::*;
 use scanner::*;
 use token::*;
 use utf8::*;
@@ -133,7 +136,7 @@ impl RevisionStream {
     /// Ends the revision.
     pub fn finish(self) -> Streamed {
         let digest = Digest::from_sha256(self.hasher.finalize().as_slice());
-        let package = self.scanner.package_name.clone();
+        let package = self.scanner.package_name().to_owned();
         let verdict = if let Some(at) = self.utf8.finish(self.len) {
             Err(malformed(
                 &package,

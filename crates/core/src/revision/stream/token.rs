@@ -134,6 +134,8 @@ pub(super) struct Lexer {
     pub(super) number: NumberText,
     /// Whether the number being read is collected.
     pub(super) number_on: bool,
+    /// The first syntax error (or limit the collector hit); nothing is read after it.
+    pub(super) error: Option<String>,
 }
 
 impl Default for Lexer {
@@ -145,6 +147,7 @@ impl Default for Lexer {
             text: Text::default(),
             number: NumberText::default(),
             number_on: false,
+            error: None,
         }
     }
 }
