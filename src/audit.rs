@@ -7,14 +7,13 @@ use crate::verify;
 /// One snapshot as `verify` reports it: which, and what is wrong with it (nothing when it
 /// verifies).
 #[derive(Debug)]
+// The undocumented fields are the snapshot row's columns of the same names.
+#[allow(missing_docs)]
 pub struct Checked {
-    /// The project.
     pub project_id: String,
-    /// The snapshot's row id.
     pub snapshot_id: i64,
-    /// Its digest.
     pub snapshot_digest: String,
-    /// What is wrong with it.
+    /// What is wrong with it, each a sentence that says what to do.
     pub problems: Vec<String>,
 }
 

@@ -65,8 +65,10 @@ pub struct Fixture {
 /// One project of a fixture.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+// Each undocumented field is the fixture's member of the same name, in camelCase (contract
+// section 11).
+#[allow(missing_docs)]
 pub struct FixtureProject {
-    /// Project id.
     pub project_id: String,
     /// Its installations.
     #[serde(default)]
@@ -76,12 +78,12 @@ pub struct FixtureProject {
 /// One installation of a fixture.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+// Each undocumented field is the fixture's member of the same name, in camelCase (contract
+// section 11).
+#[allow(missing_docs)]
 pub struct FixturePackage {
-    /// Package name.
     pub package_name: String,
-    /// Installation id.
     pub installation_id: String,
-    /// Generations.
     #[serde(default)]
     pub generations: Vec<FixtureGeneration>,
 }
@@ -89,10 +91,11 @@ pub struct FixturePackage {
 /// One generation of a fixture.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+// Each undocumented field is the fixture's member of the same name, in camelCase (contract
+// section 11).
+#[allow(missing_docs)]
 pub struct FixtureGeneration {
-    /// Generation number.
     pub generation: i64,
-    /// Lifecycle status.
     pub status: String,
     /// Defaults to the digest of the empty string.
     pub lock_digest: Option<String>,

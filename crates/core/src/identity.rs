@@ -7,7 +7,7 @@ use std::fmt;
 
 use sha2::{Digest as _, Sha256};
 
-/// A tool's identity.
+/// A tool's identity (contract section 4): the triple its canonical string encodes.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
 pub struct ToolIdentity {
     /// Where the tool comes from: `package`, `builtin`, `mcp`, `plugin`, …

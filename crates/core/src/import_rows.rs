@@ -12,27 +12,26 @@ use crate::model::{Digest, GenerationStatus};
 
 /// One project's rows, with digests computed and the fixture's own rules checked.
 #[derive(Debug)]
+// The undocumented fields are the project's rows of the table of that name.
+#[allow(missing_docs)]
 pub struct ProjectRows {
-    /// The project.
+    /// As the fixture gives it: the database's `CHECK` judges it.
     pub project_id: String,
-    /// Its installations.
     pub installations: Vec<InstallationRow>,
     /// The revisions its generations pin, where the fixture gives their bytes.
     pub revisions: Vec<RevisionRow>,
-    /// Its generations.
     pub generations: Vec<GenerationRow>,
 }
 
 /// A row of `package_installations`.
 #[derive(Debug, PartialEq, Eq)]
+// Each undocumented field is the column of the same name (contract section 7).
+#[allow(missing_docs)]
 pub struct InstallationRow {
     /// Where it came from, for messages: `project P package N`.
     pub at: String,
-    /// `installation_id`.
     pub installation_id: String,
-    /// `project_id`.
     pub project_id: String,
-    /// `package_name`.
     pub package_name: String,
     /// The head of an installation this import creates.
     pub active: Option<i64>,
@@ -53,20 +52,16 @@ pub struct RevisionRow {
 
 /// A row of `package_generations`.
 #[derive(Debug)]
+// Each undocumented field is the column of the same name (contract section 7).
+#[allow(missing_docs)]
 pub struct GenerationRow {
     /// Where it came from, for messages.
     pub at: String,
-    /// `installation_id`.
     pub installation_id: String,
-    /// `generation`.
     pub generation: i64,
-    /// `status`.
     pub status: GenerationStatus,
-    /// `generation_digest`.
     pub generation_digest: String,
-    /// `lock_digest`.
     pub lock_digest: String,
-    /// `revision_digest`.
     pub revision_digest: String,
     /// `approved_permissions`, as JSON text.
     pub approved_permissions: String,

@@ -54,7 +54,7 @@ pub struct StoredLength {
 /// A built snapshot, ready to append.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Snapshot {
-    /// The project.
+    /// Checked when the build finished (see [`ProjectId`]).
     pub project_id: ProjectId,
     /// Digest of the active vector document.
     pub active_vector_digest: Digest,

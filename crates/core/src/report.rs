@@ -46,43 +46,24 @@ impl Unresolved {
     }
 }
 
-/// How one build attempt (or a project's last attempt) ended.
+/// How one build attempt (or a project's last attempt) ended. A `snapshot_digest` is the
+/// snapshot row's; a `detail` says what is wrong and what to do next, quoting at most 256 bytes
+/// of any input (contract section 10).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[allow(missing_docs)] // the fields, said once above
 pub enum Outcome {
     /// A new snapshot row was committed.
-    Published {
-        /// Its digest.
-        snapshot_digest: String,
-    },
+    Published { snapshot_digest: String },
     /// An identical snapshot for this vector already existed.
-    Replayed {
-        /// Its digest.
-        snapshot_digest: String,
-    },
+    Replayed { snapshot_digest: String },
     /// The project was current when the attempt began.
-    AlreadyCurrent {
-        /// The current snapshot's digest.
-        snapshot_digest: String,
-    },
+    AlreadyCurrent { snapshot_digest: String },
     /// Fail closed for this vector.
-    Rejected {
-        /// The reason code.
-        code: ReportedCode,
-        /// Human detail.
-        detail: String,
-    },
-    /// Still pending (transient).
-    Unresolved {
-        /// Why.
-        reason: Unresolved,
-        /// Human detail.
-        detail: String,
-    },
+    Rejected { code: ReportedCode, detail: String },
+    /// Still pending (transient): the next run retries it.
+    Unresolved { reason: Unresolved, detail: String },
     /// `replay-mismatch`: a different snapshot exists for this vector.
-    Integrity {
-        /// Human detail.
-        detail: String,
-    },
+    Integrity { detail: String },
 }
 
 impl Outcome {
@@ -171,18 +152,16 @@ impl Outcome {
 /// `publish --json`.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
+// The fields are the members of the same names in contract section 10 (JSON output), taken
+// from the outcome's accessors of the same names.
+#[allow(missing_docs)]
 pub struct PublishResult<'a> {
-    /// Project.
     pub project_id: &'a str,
-    /// Outcome word.
     pub outcome: &'a str,
-    /// Reason code.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<&'a str>,
-    /// Human detail.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<&'a str>,
-    /// Snapshot digest.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub snapshot_digest: Option<&'a str>,
 }
@@ -230,11 +209,11 @@ pub struct RunSummary {
     pub exit_code: Exit,
     /// Distinct projects attempted.
     pub projects_scanned: u64,
-    /// Published.
+    /// Projects whose last outcome was `published`, `replayed`, `already-current`.
     pub published: u64,
-    /// Replayed.
+    #[allow(missing_docs)]
     pub replayed: u64,
-    /// Already current.
+    #[allow(missing_docs)]
     pub already_current: u64,
     /// Held by another replica to the end (not a failure).
     pub claimed_elsewhere: u64,
@@ -244,13 +223,13 @@ pub struct RunSummary {
     pub unresolved: BTreeMap<String, u64>,
     /// Integrity violations by code (non-zero only).
     pub integrity: BTreeMap<String, u64>,
-    /// Pages read.
+    /// Keyset pages of the pending index read, over every pass.
     pub pages: u64,
     /// Final probe passes run.
     pub final_probes: u64,
-    /// Wall time.
+    /// From the coordinator's start to the summary, in milliseconds.
     pub elapsed_ms: u64,
-    /// The shard.
+    #[allow(missing_docs)]
     pub shard: Shard,
 }
 

@@ -8,22 +8,18 @@ use crate::model::Digest;
 use crate::planner::{self, ActiveHead};
 use crate::source_key::source_key;
 
-/// A stored snapshot with its source rows, for `verify`.
+/// A stored snapshot with its source rows, for `verify`: as stored, unchecked (checking it is
+/// this module's job).
 #[derive(Clone, Debug, PartialEq, Eq)]
+// Each undocumented field is the column of the same name (contract section 7).
+#[allow(missing_docs)]
 pub struct StoredSnapshot {
-    /// Row id.
     pub snapshot_id: i64,
-    /// Project.
     pub project_id: String,
-    /// `snapshot_digest`.
     pub snapshot_digest: String,
-    /// `active_vector_digest`.
     pub active_vector_digest: String,
-    /// `definition_digest`.
     pub definition_digest: String,
-    /// `package_count`.
     pub package_count: i64,
-    /// `definition_count`.
     pub definition_count: i64,
     /// The stored document.
     pub canonical_json: Vec<u8>,

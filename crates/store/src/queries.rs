@@ -8,16 +8,14 @@ use package_executor_core::rejection::ReportedCode;
 
 use super::{ObservedHead, Store, StoreError, answered};
 
-/// A snapshot proven current.
+/// A snapshot proven current: its row in `tool_definition_snapshots`.
 #[derive(Clone, Debug, PartialEq, Eq)]
+// Each undocumented field is the column of the same name (contract section 7).
+#[allow(missing_docs)]
 pub struct CurrentSnapshot {
-    /// Row id.
     pub snapshot_id: i64,
-    /// `snapshot_digest`.
     pub snapshot_digest: Digest,
-    /// `active_vector_digest`.
     pub active_vector_digest: Digest,
-    /// `definition_digest`.
     pub definition_digest: Digest,
     /// The stored canonical document.
     pub canonical_json: Vec<u8>,
@@ -28,14 +26,12 @@ pub struct CurrentSnapshot {
 /// A snapshot's row without its document: the conditional door's answer when the caller's copy
 /// is current, and the newest snapshot `explain` shows (current or not).
 #[derive(Clone, Debug, PartialEq, Eq)]
+// Each undocumented field is the column of the same name (contract section 7).
+#[allow(missing_docs)]
 pub struct SnapshotHead {
-    /// Row id.
     pub snapshot_id: i64,
-    /// `snapshot_digest`.
     pub snapshot_digest: Digest,
-    /// `active_vector_digest`.
     pub active_vector_digest: Digest,
-    /// `definition_digest`.
     pub definition_digest: Digest,
     /// RFC 3339 UTC with milliseconds.
     pub committed_at: String,
@@ -50,12 +46,14 @@ pub enum Current {
     Changed(CurrentSnapshot),
 }
 
-/// A recorded rejection.
+/// A rejection recorded for the live vector (`tool_definition_rejections`): it stands until
+/// the vector changes. A code this build does not know (a newer release wrote it) is kept as
+/// written.
 #[derive(Clone, Debug, PartialEq, Eq)]
+// The fields are the row's columns of the same names.
+#[allow(missing_docs)]
 pub struct RecordedRejection {
-    /// The reason code.
     pub reason: ReportedCode,
-    /// The detail.
     pub detail: String,
 }
 

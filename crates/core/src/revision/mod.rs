@@ -66,7 +66,7 @@ const ANNOTATIONS: [&str; 4] = [
 /// One validated tool definition, with what the snapshot needs of it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ValidatedDefinition {
-    /// Its identity.
+    /// `package` source, this package as origin, the definition's `name`.
     pub identity: ToolIdentity,
     /// The canonical string of the identity.
     pub canonical_identity: String,

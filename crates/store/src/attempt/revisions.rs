@@ -37,7 +37,7 @@ impl RevisionBytes {
         Ok(Self { row, len })
     }
 
-    /// The bytes.
+    /// The slice, borrowed from the row (no copy is made).
     pub fn bytes(&self) -> Result<&[u8], StoreError> {
         Ok(match &self.row {
             RowOf::Pg(r) => r.try_get::<&[u8], _>(0)?,
