@@ -8,14 +8,13 @@ use sqlx::{AssertSqlSafe, Row};
 use super::{Dialect, Store, StoreError};
 use package_executor_core::model::Digest;
 
-/// One migration.
+/// One migration, compiled in from `crates/store/migrations/{postgres,sqlite}/`: applied in
+/// `version` order, recorded by `name` with a checksum of `sql`, never edited once released.
 #[derive(Clone, Copy, Debug)]
+#[allow(missing_docs)] // said above
 pub struct Migration {
-    /// Order.
     pub version: i64,
-    /// File name.
     pub name: &'static str,
-    /// SQL text.
     pub sql: &'static str,
 }
 
