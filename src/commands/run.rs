@@ -357,7 +357,7 @@ pub(super) async fn demo(cli: &Cli) -> anyhow::Result<Exit> {
             o.name(),
             o.reason().unwrap_or("-"),
             o.snapshot_digest()
-                .map(|d| &d[..d.len().min(23)])
+                .map(|d| &d.as_str()[..23])
                 .unwrap_or("-")
         );
     }

@@ -114,7 +114,9 @@ async fn attempt_in(
     if let Some(snapshot_digest) = opening.current {
         let commit = clear(a, project_id, mark, limit).await?;
         return Ok((
-            Step::Done(Outcome::AlreadyCurrent { snapshot_digest }),
+            Step::Done(Outcome::AlreadyCurrent {
+                snapshot_digest: Some(snapshot_digest),
+            }),
             commit,
         ));
     }
@@ -170,11 +172,11 @@ async fn attempt_in(
     if let Some((reason, detail)) = drift(&first, &appending.second) {
         return Ok((Step::Retry(reason, detail), false));
     }
-    let digest = snapshot.snapshot_digest.as_str().to_owned();
+    let digest = snapshot.snapshot_digest.clone();
     if appending.inserted {
         return Ok((
             Step::Done(Outcome::Published {
-                snapshot_digest: digest,
+                snapshot_digest: Some(digest),
             }),
             true,
         ));
@@ -183,7 +185,7 @@ async fn attempt_in(
         // Committed for the mark the append cleared; nothing else was written.
         Replay::Exact => Ok((
             Step::Done(Outcome::Replayed {
-                snapshot_digest: digest,
+                snapshot_digest: Some(digest),
             }),
             mark.is_some(),
         )),

@@ -19,6 +19,7 @@ pub use memory::{BASE_BYTES, LARGEST_READ_BYTES, WORKER_BYTES, memory_bound};
 pub use stop::Stop;
 
 use crate::defaults;
+use crate::model::Digest;
 use crate::report::{Outcome, RunSummary, Shard, Unresolved};
 use crate::store::{Scope, Session, Store, StoreError};
 
@@ -99,7 +100,7 @@ pub struct LogObserver;
 impl Observer for LogObserver {
     fn outcome(&self, project_id: &str, o: &Outcome) {
         let (reason, detail) = (o.reason().unwrap_or(""), o.detail().unwrap_or(""));
-        let digest = o.snapshot_digest().unwrap_or("");
+        let digest = o.snapshot_digest().map_or("", Digest::as_str);
         match o {
             Outcome::Integrity { .. } => {
                 tracing::error!(

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::exit::Exit;
+use crate::model::Digest;
 use crate::rejection::ReportedCode;
 
 /// Why a project is still pending after its attempts.
@@ -47,17 +48,17 @@ impl Unresolved {
 }
 
 /// How one build attempt (or a project's last attempt) ended. A `snapshot_digest` is the
-/// snapshot row's; a `detail` says what is wrong and what to do next, quoting at most 256 bytes
+/// snapshot row's (`None` only once a run has dropped it, see [`Outcome::compact`]); a `detail` says what is wrong and what to do next, quoting at most 256 bytes
 /// of any input (contract section 10).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[allow(missing_docs)] // the fields, said once above
 pub enum Outcome {
     /// A new snapshot row was committed.
-    Published { snapshot_digest: String },
+    Published { snapshot_digest: Option<Digest> },
     /// An identical snapshot for this vector already existed.
-    Replayed { snapshot_digest: String },
+    Replayed { snapshot_digest: Option<Digest> },
     /// The project was current when the attempt began.
-    AlreadyCurrent { snapshot_digest: String },
+    AlreadyCurrent { snapshot_digest: Option<Digest> },
     /// Fail closed for this vector.
     Rejected { code: ReportedCode, detail: String },
     /// Still pending (transient): the next run retries it.
@@ -72,13 +73,13 @@ impl Outcome {
     pub fn compact(self) -> Self {
         match self {
             Self::Published { .. } => Self::Published {
-                snapshot_digest: String::new(),
+                snapshot_digest: None,
             },
             Self::Replayed { .. } => Self::Replayed {
-                snapshot_digest: String::new(),
+                snapshot_digest: None,
             },
             Self::AlreadyCurrent { .. } => Self::AlreadyCurrent {
-                snapshot_digest: String::new(),
+                snapshot_digest: None,
             },
             Self::Rejected { code, .. } => Self::Rejected {
                 code,
@@ -126,12 +127,12 @@ impl Outcome {
         }
     }
 
-    /// The snapshot digest, where one applies.
-    pub fn snapshot_digest(&self) -> Option<&str> {
+    /// The snapshot digest, where one applies and the run kept it.
+    pub fn snapshot_digest(&self) -> Option<&Digest> {
         match self {
             Self::Published { snapshot_digest }
             | Self::Replayed { snapshot_digest }
-            | Self::AlreadyCurrent { snapshot_digest } => Some(snapshot_digest),
+            | Self::AlreadyCurrent { snapshot_digest } => snapshot_digest.as_ref(),
             _ => None,
         }
     }
@@ -174,7 +175,7 @@ impl<'a> PublishResult<'a> {
             outcome: o.name(),
             reason: o.reason(),
             detail: o.detail(),
-            snapshot_digest: o.snapshot_digest(),
+            snapshot_digest: o.snapshot_digest().map(Digest::as_str),
         }
     }
 }

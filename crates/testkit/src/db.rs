@@ -182,6 +182,7 @@ pub async fn current_digest(store: &Store, project: &str) -> Option<String> {
 pub fn digest_of(o: &Outcome) -> String {
     o.snapshot_digest()
         .unwrap_or_else(|| panic!("expected a snapshot, got {o:?}"))
+        .as_str()
         .to_owned()
 }
 

@@ -26,7 +26,8 @@ use sqlx::Row;
 
 use super::*;
 use crate::sql;
-use crate::{Dialect, ObservedHead, RecordedRejection, StoreError};
+use crate::{Dialect, ObservedHead, RecordedRejection, StoreError, rows};
+use package_executor_core::model::Digest;
 use package_executor_core::planner::{ActiveHead, StoredLength};
 use package_executor_core::rejection::ReportedCode;
 
@@ -36,7 +37,7 @@ pub struct Opening {
     /// Whether this transaction holds the project's claim. When false, nothing else was read.
     pub claimed: bool,
     /// The digest of the project's current snapshot, if one is proven current.
-    pub current: Option<String>,
+    pub current: Option<Digest>,
     /// The first observation: live heads in vector order, at most 129.
     pub heads: Vec<ObservedHead>,
     /// Stored lengths of the heads' revisions, by revision digest (absent revisions missing).
@@ -270,6 +271,8 @@ impl Attempt<'_> {
                         .bind(project_id)
                         .fetch_optional(&mut **tx)
                         .await?
+                        .map(rows::digest)
+                        .transpose()?
                 } else {
                     None
                 };
@@ -290,7 +293,10 @@ impl Attempt<'_> {
                     .fetch_one(&mut **tx)
                     .await?;
                 let mark: Option<i64> = row.try_get("mark_version")?;
-                let current: Option<String> = row.try_get("current_digest")?;
+                let current = row
+                    .try_get::<Option<String>, _>("current_digest")?
+                    .map(rows::digest)
+                    .transpose()?;
                 if current.is_some() {
                     return Ok(Opening {
                         claimed: true,
