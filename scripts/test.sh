@@ -60,7 +60,7 @@ install() {
   fi
 
   # Prometheus, promtool and the Pushgateway from Debian, for the alert rules' unit tests
-  # (tests/it/chart/alerts.rs) and the metrics end to end (tests/it/chart/on_postgres/prometheus.rs); run as plain processes
+  # (tests/it/chart/alerts.rs) and the metrics end to end (tests/it/chart/on_postgres/system_server/prometheus.rs); run as plain processes
   # on loopback by the tests, never as services.
   if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus-pushgateway >/dev/null 2>&1; then
     echo "installing Debian's prometheus and prometheus-pushgateway packages" >&2
@@ -150,10 +150,9 @@ install() {
 # a module named `on_postgres` (the `pg` tier), everything else is the `fast` tier (which tells
 # the test kit, so a test that starts a server outside such a module fails there).
 PG_TIER=on_postgres
-# What runs again on PostgreSQL 18: the pg tier but the TLS tests (the wheel is built without
-# OpenSSL: only the one about a server without TLS applies) and Prometheus (the same on either).
-PG18_SKIPS=(--skip store::on_postgres::tls --skip chart::on_postgres::prometheus)
-PG18_EXTRA=store::on_postgres::tls::a_server_without_tls_is_refused_unless_sslmode_allows_plaintext
+# What runs again on PostgreSQL 18: the pg tier but what lies in a `system_server` module (the
+# TLS handshakes: the wheel is built without OpenSSL; Prometheus: the same on either major).
+SYSTEM_SERVER_ONLY=::system_server::
 
 # The system's server (Debian bookworm's is 15), the newest one installed.
 system_bindir() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1; }
@@ -208,8 +207,7 @@ pg18() {
   use_server "$PG18_BINDIR"
   echo "== pg: the PostgreSQL-backed tests again"
   reports_clear
-  cargo test --locked --test it -- "$PG_TIER" "${PG18_SKIPS[@]}"
-  cargo test --locked --test it -- --exact "$PG18_EXTRA"
+  cargo test --locked --test it -- "$PG_TIER" --skip "$SYSTEM_SERVER_ONLY"
   reports_show
 }
 

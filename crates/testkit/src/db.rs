@@ -196,6 +196,21 @@ pub async fn partial_snapshots(store: &Store) -> i64 {
     .await
 }
 
+/// `examples/demo-fixture.json`'s path, for the binary's command lines ([`DEMO`] is its bytes).
+pub const DEMO_PATH: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../examples/demo-fixture.json"
+);
+
+/// Runs the command to its end (at most two minutes, or the test fails): its output, however it
+/// exited.
+pub async fn ends(cmd: &mut tokio::process::Command) -> std::process::Output {
+    tokio::time::timeout(std::time::Duration::from_secs(120), cmd.output())
+        .await
+        .expect("the command ends within two minutes")
+        .expect("the command starts")
+}
+
 /// The binary, pointed at a database, logging JSON, outside any pod; killed when dropped.
 pub fn exe(url: &str, connect_timeout: &str) -> tokio::process::Command {
     let mut c = tokio::process::Command::from(exe_blocking(url, connect_timeout));

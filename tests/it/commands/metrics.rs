@@ -17,7 +17,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
-const DEMO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/demo-fixture.json");
+use package_executor_testkit::db::DEMO_PATH as DEMO;
 
 /// What the stand-in Pushgateway received.
 #[derive(Debug)]

@@ -57,7 +57,7 @@ async fn every_command_refuses_a_newer_schema(url: String) {
     }
     let (future, known) = migrate_past_this_build(&url).await;
     let before = counts(&url).await;
-    let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/demo-fixture.json");
+    let fixture = package_executor_testkit::db::DEMO_PATH;
     let commands: &[&[&str]] = &[
         &["run"],
         &["run", "--full-scan", "--json"],

@@ -35,7 +35,7 @@ fn listing(dir: &Path) -> Vec<(String, Vec<u8>)> {
 /// A migrated database with the demo imported, at `dir/pe.db`.
 fn ours(dir: &Path) -> std::path::PathBuf {
     let db = dir.join("pe.db");
-    let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/demo-fixture.json");
+    let fixture = package_executor_testkit::db::DEMO_PATH;
     assert!(exe(&db, &["migrate"]).status.success());
     assert!(exe(&db, &["sources", "import", fixture]).status.success());
     db

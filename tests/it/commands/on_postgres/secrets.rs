@@ -284,7 +284,7 @@ async fn a_password_with_any_separator_reaches_no_output() {
             .await
             .unwrap();
     }
-    let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/demo-fixture.json");
+    let fixture = package_executor_testkit::db::DEMO_PATH;
     let commands: [&[&str]; 7] = [
         &["migrate"],
         &["run"],

@@ -528,7 +528,7 @@ async fn the_setup_sql_works_for_a_createrole_admin() {
         .unwrap();
     }
     succeeds(exe(&app_as("pe_migrator"), "5s").arg("migrate")).await;
-    let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/demo-fixture.json");
+    let fixture = package_executor_testkit::db::DEMO_PATH;
     succeeds(exe(&app_as("control_plane"), "5s").args(["sources", "import", fixture])).await;
     let out = succeeds(exe(&app_as("pe_executor"), "5s").args(["run", "--json"])).await;
     let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();

@@ -3,9 +3,9 @@
 //! trusts). Plaintext TCP is refused by `pg_hba.conf` (`hostssl` only), and one login
 //! authenticates with its client certificate alone.
 //!
-//! The handshake tests need a server built with OpenSSL (Debian's are); the PyPI build of
-//! PostgreSQL 18 used beside it has no TLS, so `scripts/test.sh` runs only
-//! `a_server_without_tls_*` there, which checks what `sslmode` does against such a server.
+//! They need a server built with OpenSSL (Debian's are); the PyPI build of PostgreSQL 18 used
+//! beside it has no TLS, so they live in `system_server` (the PostgreSQL 18 run leaves it out),
+//! and `on_postgres/sslmode.rs` checks what `sslmode` does against a server without TLS.
 
 use package_executor_testkit::db;
 use package_executor_testkit::pg;
@@ -14,7 +14,6 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 use db::*;
 use package_executor::store::{ConnectOptions, Store};
@@ -174,10 +173,7 @@ async fn exe_out(url: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
     for (k, v) in env {
         cmd.env(k, v);
     }
-    tokio::time::timeout(Duration::from_secs(120), cmd.output())
-        .await
-        .expect("the command answers")
-        .unwrap()
+    ends(&mut cmd).await
 }
 
 fn stderr(o: &Output) -> String {
@@ -194,13 +190,6 @@ fn refused(o: &Output, needle: &str, server: &TlsServer) {
     assert!(!everything.contains(PASSWORD), "a password was printed");
     let key_body = server.client_key_pem.lines().nth(1).unwrap();
     assert!(!everything.contains(key_body), "key material was printed");
-}
-
-fn fixture_path() -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("examples/demo-fixture.json")
-        .display()
-        .to_string()
 }
 
 /// Whether the server says the current connection is encrypted.
@@ -222,7 +211,7 @@ async fn verify_full_with_the_right_ca_runs_every_command() {
     let owner = s.verified("postgres", &db);
     let executor = s.verified("pe_executor", &db);
     succeeds(exe(&owner, "5s").arg("migrate")).await;
-    succeeds(exe(&owner, "5s").args(["sources", "import", &fixture_path()])).await;
+    succeeds(exe(&owner, "5s").args(["sources", "import", DEMO_PATH])).await;
     succeeds(exe(&executor, "5s").args(["run", "--json"])).await;
     let out = succeeds(exe(&executor, "5s").args(["current", "demo-1", "--json"])).await;
     let current: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -260,10 +249,9 @@ async fn an_unknown_ca_exits_1_and_writes_nothing() {
     let db = s.fresh_db().await;
     let query = format!("sslmode=verify-full&sslrootcert={}", s.cert("wrong-ca.crt"));
     let owner = s.url(&format!("postgres:{PASSWORD}"), "localhost", &db, &query);
-    let fixture = fixture_path();
     for args in [
         vec!["migrate"],
-        vec!["sources", "import", &fixture],
+        vec!["sources", "import", DEMO_PATH],
         vec!["run"],
         vec!["current", "demo-1"],
     ] {
@@ -274,7 +262,7 @@ async fn an_unknown_ca_exits_1_and_writes_nothing() {
     let plain = s.url("postgres", "localhost", &db, "");
     let out = exe_out(
         &plain,
-        &["sources", "import", &fixture],
+        &["sources", "import", DEMO_PATH],
         &[
             ("PGSSLMODE", "verify-ca"),
             ("PGSSLROOTCERT", &s.cert("wrong-ca.crt")),
@@ -290,7 +278,7 @@ async fn an_unknown_ca_exits_1_and_writes_nothing() {
             &db,
             &format!("sslmode=require&sslrootcert={}", s.cert("wrong-ca.crt")),
         ),
-        &["sources", "import", &fixture],
+        &["sources", "import", DEMO_PATH],
         &[],
     )
     .await;
@@ -309,7 +297,7 @@ async fn a_host_name_the_certificate_lacks_exits_1_under_verify_full() {
         &db,
         &format!("sslmode=verify-full&{ca}"),
     );
-    let out = exe_out(&full, &["sources", "import", &fixture_path()], &[]).await;
+    let out = exe_out(&full, &["sources", "import", DEMO_PATH], &[]).await;
     refused(&out, "does not name the host", s);
     assert_eq!(s.written(&db).await, 0, "nothing was written");
     // verify-ca checks the chain only, so the same host is accepted.
@@ -319,7 +307,7 @@ async fn a_host_name_the_certificate_lacks_exits_1_under_verify_full() {
         &db,
         &format!("sslmode=verify-ca&{ca}"),
     );
-    succeeds(exe(&chain_only, "5s").args(["sources", "import", &fixture_path()])).await;
+    succeeds(exe(&chain_only, "5s").args(["sources", "import", DEMO_PATH])).await;
     assert!(s.written(&db).await > 0);
 }
 
@@ -333,7 +321,7 @@ async fn plaintext_against_a_hostssl_only_server_exits_1() {
         &db,
         "sslmode=disable",
     );
-    let out = exe_out(&url, &["sources", "import", &fixture_path()], &[]).await;
+    let out = exe_out(&url, &["sources", "import", DEMO_PATH], &[]).await;
     refused(&out, "hostssl", s);
     assert_eq!(s.written(&db).await, 0, "nothing was written");
 }
@@ -345,7 +333,7 @@ async fn require_encrypts_without_verifying() {
     // No root certificate: the chain is not checked (the CA is unknown to the system store).
     let url = s.url("postgres", "127.0.0.2", &db, "sslmode=require");
     assert!(encrypted(&url).await);
-    succeeds(exe(&url, "5s").args(["sources", "import", &fixture_path()])).await;
+    succeeds(exe(&url, "5s").args(["sources", "import", DEMO_PATH])).await;
     // `prefer`, the default, encrypts too when the server offers TLS.
     assert!(encrypted(&s.url("postgres", "localhost", &db, "")).await);
 }
@@ -354,8 +342,7 @@ async fn require_encrypts_without_verifying() {
 async fn a_client_certificate_alone_logs_the_executor_in() {
     let s = server();
     let db = s.fresh_db().await;
-    succeeds(exe(&s.verified("postgres", &db), "5s").args(["sources", "import", &fixture_path()]))
-        .await;
+    succeeds(exe(&s.verified("postgres", &db), "5s").args(["sources", "import", DEMO_PATH])).await;
     let with_cert = s.url(
         CERT_LOGIN,
         "localhost",
@@ -375,38 +362,6 @@ async fn a_client_certificate_alone_logs_the_executor_in() {
     let without = s.verified(CERT_LOGIN, &db);
     let out = exe_out(&without, &["current", "demo-1"], &[]).await;
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-}
-
-/// Runs on every build, including one without TLS support: `require` and stricter refuse a
-/// server that does not offer TLS, `prefer` (the default) falls back to plaintext.
-#[tokio::test]
-async fn a_server_without_tls_is_refused_unless_sslmode_allows_plaintext() {
-    let url = pg::fresh_db().await;
-    for mode in ["require", "verify-ca", "verify-full"] {
-        let out = exe_out(
-            &format!("{url}?sslmode={mode}"),
-            &["sources", "import", &fixture_path()],
-            &[],
-        )
-        .await;
-        let err = stderr(&out);
-        assert_eq!(out.status.code(), Some(1), "{mode}: {err}");
-        assert!(err.contains("refused TLS"), "{mode}: {err}");
-    }
-    let store = connect(&url).await;
-    assert_eq!(scalar(&store, "SELECT COUNT(*) FROM ql3.projects").await, 0);
-    store.close().await;
-    for mode in ["prefer", "disable"] {
-        succeeds(exe(&format!("{url}?sslmode={mode}"), "5s").args([
-            "sources",
-            "import",
-            &fixture_path(),
-        ]))
-        .await;
-    }
-    let store = connect(&url).await;
-    assert_eq!(scalar(&store, "SELECT COUNT(*) FROM ql3.projects").await, 4);
-    store.close().await;
 }
 
 /// Runs `openssl` in `dir`, asserting it succeeds.
