@@ -126,7 +126,7 @@ async fn attempt_in(
     }
     let builder = SnapshotBuilder::new(project_id, heads(&first));
     let vector_digest = builder.vector_digest().clone();
-    if let Some(r) = opening.rejections.get(vector_digest.as_str()) {
+    if let Some(r) = opening.rejections.get(&vector_digest) {
         let commit = clear(a, project_id, mark, limit).await?;
         return Ok((
             Step::Done(Outcome::Rejected {

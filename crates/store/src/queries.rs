@@ -94,7 +94,7 @@ impl Store {
             let newest = answered(limit, a.newest_snapshot(project_id)).await?;
             let rejection = answered(limit, a.project_rejections(project_id))
                 .await?
-                .remove(vector.as_str());
+                .remove(&vector);
             let mark = answered(limit, a.mark_version(project_id)).await?;
             let facts = ProjectFacts {
                 current,

@@ -43,7 +43,7 @@ pub struct Opening {
     /// Stored lengths of the heads' revisions, by revision digest (absent revisions missing).
     pub lengths: HashMap<String, StoredLength>,
     /// Rejections recorded for this project, by active vector digest.
-    pub rejections: HashMap<String, RecordedRejection>,
+    pub rejections: HashMap<Digest, RecordedRejection>,
     /// The version of the project's mark in the pending index, if it is marked: what a final
     /// outcome clears (see [`Attempt::clear_mark`]).
     pub mark: Option<i64>,
@@ -114,13 +114,13 @@ pub(super) fn heads_from_arrays(
 /// The rejections of SQLite's open statement: a JSON array of `[vector, reason, detail]`.
 pub(super) fn rejections_from_json(
     text: &str,
-) -> Result<HashMap<String, RecordedRejection>, StoreError> {
+) -> Result<HashMap<Digest, RecordedRejection>, StoreError> {
     let rows: Vec<(String, String, String)> = serde_json::from_str(text).map_err(|e| {
         StoreError::Other(format!(
             "unreadable rejections from the open statement: {e}; this is a bug, please report it"
         ))
     })?;
-    Ok(rejections_that_stand(rows))
+    rejections_that_stand(rows)
 }
 
 /// The recorded rejections that stand, by active vector digest: a verdict on a revision row
@@ -128,14 +128,15 @@ pub(super) fn rejections_from_json(
 /// build nor explains one, though its row stays as history ([`ReportedCode::stands`]).
 pub(super) fn rejections_that_stand(
     rows: impl IntoIterator<Item = (String, String, String)>,
-) -> HashMap<String, RecordedRejection> {
-    rows.into_iter()
-        .map(|(vector, reason, detail)| {
-            let reason = ReportedCode::parse(&reason);
-            (vector, RecordedRejection { reason, detail })
-        })
-        .filter(|(_, r)| r.reason.stands())
-        .collect()
+) -> Result<HashMap<Digest, RecordedRejection>, StoreError> {
+    let mut standing = HashMap::new();
+    for (vector, reason, detail) in rows {
+        let reason = ReportedCode::parse(&reason);
+        if reason.stands() {
+            standing.insert(rows::digest(vector)?, RecordedRejection { reason, detail });
+        }
+    }
+    Ok(standing)
 }
 
 /// Vector order: byte order of package names, which are unique within a project. The arrays
@@ -264,7 +265,7 @@ impl Attempt<'_> {
                         .into_iter()
                         .zip(reasons.into_iter().zip(details))
                         .map(|(v, (reason, detail))| (v, reason, detail)),
-                );
+                )?;
                 let mark: Option<i64> = row.try_get("mark_version")?;
                 let current = if row.try_get("has_snapshot")? {
                     sqlx::query_scalar(sql::CURRENT_DIGEST_PG)
@@ -366,7 +367,7 @@ impl Attempt<'_> {
     pub async fn project_rejections(
         &mut self,
         project_id: &str,
-    ) -> Result<HashMap<String, RecordedRejection>, StoreError> {
+    ) -> Result<HashMap<Digest, RecordedRejection>, StoreError> {
         super::on_conn!(self, |c, d| {
             let rows = sqlx::query(sql::PROJECT_REJECTIONS.text(d))
                 .bind(project_id)
@@ -382,7 +383,7 @@ impl Attempt<'_> {
                     ))
                 })
                 .collect::<Result<Vec<_>, StoreError>>()?;
-            Ok(rejections_that_stand(rows))
+            rejections_that_stand(rows)
         })
     }
 
