@@ -122,8 +122,14 @@ impl Namespace {
     }
 
     /// Waits for a condition (`kubectl wait --for=...`) with a timeout; on failure the
-    /// namespace's pods, events and logs are in the panic message.
+    /// namespace's pods, events and logs are in the panic message. An object that does not
+    /// exist yet is waited for first: `kubectl wait` on a name that is not there fails at once,
+    /// and a controller's object (a StatefulSet's pod deleted a moment ago, a Job's pod) may
+    /// come a moment later.
     pub fn wait(&self, what: &str, condition: &str, timeout: &str) {
+        if condition != "create" && condition != "delete" {
+            self.wait(what, "create", timeout);
+        }
         let out = self.kubectl_output(
             &[
                 "wait",
