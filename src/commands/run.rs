@@ -11,7 +11,7 @@ use super::progress::{LogProgress, Progress, progress_wanted};
 use crate::cli::{Cli, RunArgs, resolve_shard};
 use crate::coordinator::{Coordinator, LogObserver, RunReport, RunSettings, Stop};
 use crate::exit::Exit;
-use crate::report::{Outcome, PublishResult, RunSummary, Shard};
+use crate::report::{PublishResult, RunSummary, Shard};
 use crate::sources;
 use crate::store::Dialect;
 
@@ -288,9 +288,8 @@ pub(super) async fn publish(
     let stop = Stop::default();
     stop.arm(None, cli.shutdown_grace);
     let observer = LogObserver;
-    let outcome = Coordinator::new(store.clone(), settings, stop.clone(), &observer)
-        .publish(project)
-        .await?;
+    let coordinator = Coordinator::new(store.clone(), settings, stop.clone(), &observer);
+    let outcome = coordinator.publish(project).await?;
     // As in a run: an abandoned attempt's connection is left to the exit.
     if !stop.is_abandoned() {
         store.close().await;
@@ -311,12 +310,12 @@ pub(super) async fn publish(
             ),
         }
     }
-    let code = match &outcome {
-        Outcome::Unresolved {
-            reason: crate::report::Unresolved::Database,
-            detail,
-        } if detail.contains("unavailable") => Exit::Database,
-        o => o.publish_exit(),
+    // As a run decides it: the database stopped answering (or a newer release migrated it)
+    // while the attempts went on, which no retry of this command heals.
+    let code = if coordinator.database_down() {
+        Exit::Database
+    } else {
+        outcome.publish_exit()
     };
     Ok(code)
 }

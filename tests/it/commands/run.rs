@@ -490,6 +490,54 @@ mod on_postgres {
         .await;
     }
 
+    /// A server that goes away while `publish` waits on it: the attempts cannot reconnect, the
+    /// database no longer answers, and the command exits 8 (the database is unavailable), not 3.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn publish_exits_8_when_the_server_goes_away_midway() {
+        within(300, async {
+            // A cluster of its own: this test stops the server.
+            let dir =
+                std::env::temp_dir().join(format!("pe-publish-outage-{}", std::process::id()));
+            let cluster = pg::PgCluster::start_in(dir, "");
+            let url = cluster.url("postgres");
+            let store = connect(&url).await;
+            store.migrate(true, None).await.unwrap();
+            import(&store, DEMO).await;
+            // The attempt's first statement reads the installations: while this lock is held,
+            // the publish waits inside its attempt.
+            let mut holder = store.pg_pool().unwrap().begin().await.unwrap();
+            sqlx::query("LOCK TABLE ql3.package_installations IN ACCESS EXCLUSIVE MODE")
+                .execute(&mut *holder)
+                .await
+                .unwrap();
+            let child = exe(&url)
+                .args([
+                    "publish",
+                    "demo-1",
+                    "--max-attempts",
+                    "2",
+                    "--lock-timeout",
+                    "60s",
+                ])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let waiting = "SELECT COUNT(*) FROM pg_stat_activity \
+                           WHERE wait_event_type = 'Lock' AND datname = current_database()";
+            while scalar(&store, waiting).await == 0 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            cluster.stop("immediate");
+            let out = child.wait_with_output().await.unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert_eq!(out.status.code(), Some(8), "{stdout}");
+            assert!(stdout.contains("demo-1: unresolved database"), "{stdout}");
+            drop(holder);
+        })
+        .await;
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn sigterm_and_deadline_stop_cleanly_with_a_summary() {
         within(600, async {

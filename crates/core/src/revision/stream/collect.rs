@@ -2,8 +2,8 @@
 
 use super::*;
 
-/// What the scanner builds of the three kept members as the lexer's events come (the
-/// lexer's own state is its own).
+/// The lexer's listener: what the scanner builds of the three kept members as the events come.
+/// Where the lexer is (its depth, the text it collects) stays the lexer's; each event lends it.
 #[derive(Debug)]
 pub(super) struct Collector {
     pub(super) package_name: String,
