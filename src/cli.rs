@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::defaults;
+use crate::model::Digest;
 
 /// Builds canonical tool definition snapshots for projects whose active packages changed.
 #[derive(Debug, Parser)]
@@ -107,7 +108,7 @@ pub enum Command {
         /// The snapshot digest of the copy you hold: when it is still current, say so and
         /// leave the document out (the database never reads it).
         #[arg(long, value_name = "DIGEST", value_parser = parse_digest, env = "PACKAGE_EXECUTOR_KNOWN_DIGEST")]
-        known_digest: Option<String>,
+        known_digest: Option<Digest>,
     },
     /// Why a project is or is not current.
     Explain {
@@ -304,15 +305,13 @@ pub struct RunArgs {
 }
 
 /// A snapshot digest as the contract spells it (`sha256:` and 64 lowercase hex digits).
-pub fn parse_digest(s: &str) -> Result<String, String> {
-    if crate::model::is_digest(s) {
-        Ok(s.to_owned())
-    } else {
-        Err(format!(
+pub fn parse_digest(s: &str) -> Result<Digest, String> {
+    Digest::parse(s).map_err(|_| {
+        format!(
             "`{s}` is not a snapshot digest: expected sha256: and 64 lowercase hex digits, as \
              `current --json` prints in snapshotDigest"
-        ))
-    }
+        )
+    })
 }
 
 /// Parses a humantime duration (`90s`, `10m`).

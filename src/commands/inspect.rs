@@ -6,6 +6,7 @@ use crate::audit::{Checked, verify_all};
 use crate::cli::Cli;
 use crate::exit::Exit;
 use crate::limits;
+use crate::model::Digest;
 use crate::standing::{Standing, pending_lines};
 use crate::store::{Current, ProjectFacts};
 
@@ -16,7 +17,7 @@ pub(super) async fn current(
     cli: &Cli,
     project: &str,
     json: bool,
-    known: Option<&str>,
+    known: Option<&Digest>,
 ) -> anyhow::Result<Exit> {
     let store = connect_migrated(cli, 1).await?;
     let c = match store.revalidate(project, known).await? {

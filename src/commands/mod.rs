@@ -86,7 +86,7 @@ pub async fn execute(cli: Cli) -> anyhow::Result<Exit> {
             project,
             json,
             known_digest,
-        } => inspect::current(&cli, project, *json, known_digest.as_deref()).await,
+        } => inspect::current(&cli, project, *json, known_digest.as_ref()).await,
         Command::Explain { project } => inspect::explain(&cli, project).await,
         Command::Verify { project, json } => inspect::verify(&cli, project.as_deref(), *json).await,
         Command::Sources(cmd) => {

@@ -125,7 +125,7 @@ impl Store {
     pub async fn revalidate(
         &self,
         project_id: &str,
-        known: Option<&str>,
+        known: Option<&Digest>,
     ) -> Result<Option<Current>, StoreError> {
         let limit = self.answer_timeout();
         self.transaction(async |a| {

@@ -1,6 +1,7 @@
 //! Dialect-neutral helpers for tests that touch storage.
 
 use package_executor::coordinator::{Coordinator, LogObserver, RunSettings, Stop};
+use package_executor::model::Digest;
 use package_executor::report::Outcome;
 use package_executor::sources;
 use package_executor::store::{ConnectOptions, Dialect, Store};
@@ -171,19 +172,18 @@ pub async fn marked(store: &Store) -> Vec<String> {
         .expect("marked page")
 }
 
-pub async fn current_digest(store: &Store, project: &str) -> Option<String> {
+pub async fn current_digest(store: &Store, project: &str) -> Option<Digest> {
     store
         .find_current(project)
         .await
         .expect("find_current")
-        .map(|c| c.snapshot_digest.as_str().to_owned())
+        .map(|c| c.snapshot_digest)
 }
 
-pub fn digest_of(o: &Outcome) -> String {
+pub fn digest_of(o: &Outcome) -> Digest {
     o.snapshot_digest()
         .unwrap_or_else(|| panic!("expected a snapshot, got {o:?}"))
-        .as_str()
-        .to_owned()
+        .clone()
 }
 
 /// How many snapshot rows lack some of their source rows.

@@ -404,7 +404,7 @@ mod on_postgres {
                 assert!(e.contains(reason), "{what}: {e}");
             }
             assert_eq!(scalar(&admin, "SELECT COUNT(*) FROM ql3.tool_definition_snapshots").await, 1);
-            assert_eq!(door(&url, "demo-2").await, Some(digest));
+            assert_eq!(door(&url, "demo-2").await.as_deref(), Some(digest.as_str()));
         })
         .await
         .expect("timed out");

@@ -10,6 +10,7 @@ use crate::queries::{Current, CurrentSnapshot, SnapshotHead, StoredSnapshot};
 use crate::rows::{Decoded, SnapshotSource};
 use crate::sql;
 use crate::{Dialect, StoreError};
+use package_executor_core::model::Digest;
 
 /// Which projects a pass of `run` looks at (contract section 9).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -54,7 +55,7 @@ impl Attempt<'_> {
     pub async fn revalidate(
         &mut self,
         project_id: &str,
-        known: Option<&str>,
+        known: Option<&Digest>,
     ) -> Result<Option<Current>, StoreError> {
         on_conn!(self, |c, d| {
             let text = match d {
@@ -63,7 +64,7 @@ impl Attempt<'_> {
             };
             let row = sqlx::query(text.text(d))
                 .bind(project_id)
-                .bind(known)
+                .bind(known.map(Digest::as_str))
                 .fetch_optional(c)
                 .await?;
             let Some(r) = row else {
