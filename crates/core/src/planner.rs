@@ -137,7 +137,8 @@ struct Entry {
 /// Builds one project's snapshot package by package, in vector order.
 #[derive(Debug)]
 pub struct SnapshotBuilder {
-    project_id: String,
+    /// The project id, checked once here: a bad one is kept as given, for its rejection.
+    project: Result<ProjectId, String>,
     heads: Vec<ActiveHead>,
     vector_digest: Digest,
     entries: Vec<Entry>,
@@ -168,7 +169,7 @@ impl SnapshotBuilder {
         heads.sort_by(|a, b| a.package_name.cmp(&b.package_name));
         let vector_digest = vector_digest_sorted(project_id, &heads);
         Self {
-            project_id: project_id.to_owned(),
+            project: ProjectId::parse(project_id).map_err(|_| project_id.to_owned()),
             heads,
             vector_digest,
             entries: Vec::new(),
@@ -196,23 +197,31 @@ impl SnapshotBuilder {
                 format!(
                     "project {} has more than {MAX_PACKAGES} active packages; remove packages \
                      until at most {MAX_PACKAGES} are active",
-                    self.project_id
+                    self.project_text()
                 ),
             ));
         }
         self.checked_project_id().map(drop)
     }
 
+    /// The project id as given.
+    fn project_text(&self) -> &str {
+        match &self.project {
+            Ok(id) => id.as_str(),
+            Err(text) => text,
+        }
+    }
+
     /// The project id, checked: a built snapshot carries a [`ProjectId`], so no build can skip
     /// this check.
-    fn checked_project_id(&self) -> Result<ProjectId, Rejection> {
-        ProjectId::parse(&self.project_id).map_err(|_| {
+    fn checked_project_id(&self) -> Result<&ProjectId, Rejection> {
+        self.project.as_ref().map_err(|text| {
             Rejection::new(
                 Code::SourceInvalid,
                 format!(
                     "project id {} breaks ^[A-Za-z0-9._-]{{1,128}}$; the database's constraints \
                      were bypassed, repair the projects row",
-                    quote(&self.project_id)
+                    quote(text)
                 ),
             )
         })
@@ -369,7 +378,7 @@ impl SnapshotBuilder {
 
     /// Step 3: the set checks, then the document.
     pub fn finish(mut self) -> Result<Snapshot, Rejection> {
-        let project_id = self.checked_project_id()?;
+        let project_id = self.checked_project_id()?.clone();
         let project = &project_id;
         if self.definition_count > MAX_DEFINITIONS {
             return Err(Rejection::new(
