@@ -159,7 +159,53 @@ fn exec_env() -> Vec<(String, String)> {
     std::env::var("PE_BENCH_EXEC_ENV").map_or_else(|_| Vec::new(), |s| env_pairs(&s))
 }
 
+/// The bench server's postmaster: its pid (first line of `postmaster.pid`).
+fn postmaster() -> Option<String> {
+    let text = std::fs::read_to_string(pg::cluster().data_dir().join("postmaster.pid")).ok()?;
+    text.lines().next().map(str::to_owned)
+}
+
+/// CPU seconds, user and system, that the server's ended backends have used: the postmaster's
+/// `cutime + cstime` (fields 16 and 17 of `/proc/PID/stat`, in USER_HZ, which is 100 on Linux),
+/// which counts a backend once it has exited and been reaped. Read before and after a run, once
+/// the run's backends are gone ([`server_settled`]), it is the server's CPU for that run,
+/// autovacuum's workers included. Steadier than wall time for an A/B of server-side work: the
+/// ratio to the executor's own CPU in the same run does not move with the machine's speed.
+fn server_cpu() -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", postmaster()?)).ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces: count from after it.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<f64> = rest
+        .split_whitespace()
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    // `rest` begins at field 3, the state, which does not parse: field N is fields[N - 4].
+    Some((fields.get(12)? + fields.get(13)?) / 100.0)
+}
+
+/// The postmaster's children now (its backends and background workers), by pid.
+fn server_children() -> Vec<String> {
+    postmaster()
+        .and_then(|pid| std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok())
+        .map_or_else(Vec::new, |c| {
+            c.split_whitespace().map(str::to_owned).collect()
+        })
+}
+
+/// Waits, up to 5 s, until every child the postmaster has now was already there `before`: a
+/// client's backends exit after it disconnects, and their CPU counts only once they are reaped.
+/// (A count would not do: a connection of the bench's that closes meanwhile makes room for one
+/// of the run's.)
+fn server_settled(before: &[String]) {
+    let until = Instant::now() + Duration::from_secs(5);
+    while server_children().iter().any(|c| !before.contains(c)) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 fn run_cli(bin: &PathBuf, url: &str, args: &[&str]) -> (Duration, serde_json::Value) {
+    let children = server_children();
+    let server_before = server_cpu();
     let before = machine_jiffies();
     let t = Instant::now();
     let out = Command::new("/usr/bin/time")
@@ -172,18 +218,34 @@ fn run_cli(bin: &PathBuf, url: &str, args: &[&str]) -> (Duration, serde_json::Va
         .output()
         .unwrap();
     let elapsed = t.elapsed();
+    let after = machine_jiffies();
+    server_settled(&children);
+    let server = server_before.zip(server_cpu()).map(|(b, a)| a - b);
     let stderr = String::from_utf8_lossy(&out.stderr);
     if let Some(cpu) = stderr.lines().find(|l| l.starts_with("executor cpu")) {
-        let after = machine_jiffies();
         let busy = (after.0 - before.0) as f64 / (after.1 - before.1).max(1) as f64;
+        let executor = executor_seconds(cpu);
+        let server = server.map_or(String::new(), |s| {
+            format!(
+                "; server cpu {s:.2}s, {:.2}x the executor's",
+                s / executor.max(0.01)
+            )
+        });
         println!(
-            "    {cpu} (wall {:.2}s); machine busy {:.0}% of all cores",
+            "    {cpu} (wall {:.2}s); machine busy {:.0}% of all cores{server}",
             elapsed.as_secs_f64(),
             busy * 100.0
         );
     }
     let v = serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
     (elapsed, v)
+}
+
+/// User plus system seconds from the `executor cpu: user Xs, system Ys` line.
+fn executor_seconds(line: &str) -> f64 {
+    line.split(|c: char| c.is_whitespace() || c == ',')
+        .filter_map(|w| w.strip_suffix('s')?.parse::<f64>().ok())
+        .sum()
 }
 
 /// Floor/cold-run pairs for the `run` section (`BENCH_PAIRS`, at least 1).
@@ -198,6 +260,20 @@ fn bench_pairs() -> usize {
 /// The in-server floor: the script named by `PE_FLOOR_SQL` when set (the yardstick kept
 /// outside the repository), else the built-in loop below; its wall time on `url`.
 async fn floor(url: &str) -> (Duration, String) {
+    let children = server_children();
+    let server_before = server_cpu();
+    let result = floor_run(url).await;
+    server_settled(&children);
+    if let Some(cpu) = server_before.zip(server_cpu()).map(|(b, a)| a - b) {
+        println!(
+            "    floor: server cpu {cpu:.2}s (wall {:.2}s)",
+            result.0.as_secs_f64()
+        );
+    }
+    result
+}
+
+async fn floor_run(url: &str) -> (Duration, String) {
     match std::env::var("PE_FLOOR_SQL") {
         Ok(path) => {
             let text = std::fs::read_to_string(&path).unwrap();
