@@ -6,6 +6,7 @@
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -121,21 +122,37 @@ impl Namespace {
         kubectl_in(&self.args(&["apply", "-f", "-"]), yaml)
     }
 
-    /// Waits for a condition (`kubectl wait --for=...`) with a timeout; on failure the
-    /// namespace's pods, events and logs are in the panic message. An object that does not
-    /// exist yet is waited for first: `kubectl wait` on a name that is not there fails at once,
-    /// and a controller's object (a StatefulSet's pod deleted a moment ago, a Job's pod) may
-    /// come a moment later.
+    /// Waits for a condition (`kubectl wait --for=...`) for at most `timeout` (whole seconds,
+    /// `"180s"`); on failure the namespace's pods, events and logs are in the panic message. An
+    /// object that does not exist yet is waited for first: `kubectl wait` on a name that is not
+    /// there fails at once, and a controller's object (a StatefulSet's pod deleted a moment ago,
+    /// a Job's pod) may come a moment later. Both waits share the one timeout.
     pub fn wait(&self, what: &str, condition: &str, timeout: &str) {
+        let total = timeout
+            .strip_suffix('s')
+            .and_then(|n| n.parse().ok())
+            .map(Duration::from_secs)
+            .unwrap_or_else(|| {
+                panic!("a wait's timeout is whole seconds (\"180s\"), not {timeout:?}")
+            });
+        let start = Instant::now();
         if condition != "create" && condition != "delete" {
-            self.wait(what, "create", timeout);
+            self.wait_once(what, "create", total, timeout);
         }
+        // At least a second, so that a condition already met is still asked for.
+        let left = total
+            .saturating_sub(start.elapsed())
+            .max(Duration::from_secs(1));
+        self.wait_once(what, condition, left, timeout);
+    }
+
+    fn wait_once(&self, what: &str, condition: &str, left: Duration, timeout: &str) {
         let out = self.kubectl_output(
             &[
                 "wait",
                 &format!("--for={condition}"),
                 what,
-                &format!("--timeout={timeout}"),
+                &format!("--timeout={}s", left.as_secs().max(1)),
             ],
             None,
         );
