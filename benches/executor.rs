@@ -168,7 +168,7 @@ fn postmaster() -> Option<String> {
 /// CPU seconds, user and system, that the server's ended backends have used: the postmaster's
 /// `cutime + cstime` (fields 16 and 17 of `/proc/PID/stat`, in USER_HZ, which is 100 on Linux),
 /// which counts a backend once it has exited and been reaped. Read before and after a run, once
-/// the run's backends are gone ([`server_settled`]), it is the server's CPU for that run,
+/// the run's backends are gone ([`ServerCpu`]), it is the server's CPU for that run,
 /// autovacuum's workers included. Steadier than wall time for an A/B of server-side work: the
 /// ratio to the executor's own CPU in the same run does not move with the machine's speed.
 fn server_cpu() -> Option<f64> {
@@ -203,9 +203,30 @@ fn server_settled(before: &[String]) {
     }
 }
 
+/// The server's CPU across a piece of work: [`server_cpu`] and the postmaster's children at the
+/// start, the difference once the work's own backends are gone.
+struct ServerCpu {
+    children: Vec<String>,
+    before: Option<f64>,
+}
+
+impl ServerCpu {
+    fn start() -> Self {
+        Self {
+            children: server_children(),
+            before: server_cpu(),
+        }
+    }
+
+    /// CPU seconds the server used since [`ServerCpu::start`], when `/proc` tells.
+    fn used(self) -> Option<f64> {
+        server_settled(&self.children);
+        self.before.zip(server_cpu()).map(|(b, a)| a - b)
+    }
+}
+
 fn run_cli(bin: &PathBuf, url: &str, args: &[&str]) -> (Duration, serde_json::Value) {
-    let children = server_children();
-    let server_before = server_cpu();
+    let server = ServerCpu::start();
     let before = machine_jiffies();
     let t = Instant::now();
     let out = Command::new("/usr/bin/time")
@@ -219,8 +240,7 @@ fn run_cli(bin: &PathBuf, url: &str, args: &[&str]) -> (Duration, serde_json::Va
         .unwrap();
     let elapsed = t.elapsed();
     let after = machine_jiffies();
-    server_settled(&children);
-    let server = server_before.zip(server_cpu()).map(|(b, a)| a - b);
+    let server = server.used();
     let stderr = String::from_utf8_lossy(&out.stderr);
     if let Some(cpu) = stderr.lines().find(|l| l.starts_with("executor cpu")) {
         let busy = (after.0 - before.0) as f64 / (after.1 - before.1).max(1) as f64;
@@ -260,11 +280,9 @@ fn bench_pairs() -> usize {
 /// The in-server floor: the script named by `PE_FLOOR_SQL` when set (the yardstick kept
 /// outside the repository), else the built-in loop below; its wall time on `url`.
 async fn floor(url: &str) -> (Duration, String) {
-    let children = server_children();
-    let server_before = server_cpu();
+    let server = ServerCpu::start();
     let result = floor_run(url).await;
-    server_settled(&children);
-    if let Some(cpu) = server_before.zip(server_cpu()).map(|(b, a)| a - b) {
+    if let Some(cpu) = server.used() {
         println!(
             "    floor: server cpu {cpu:.2}s (wall {:.2}s)",
             result.0.as_secs_f64()

@@ -139,14 +139,16 @@ impl Namespace {
         if condition != "create" && condition != "delete" {
             self.wait_once(what, "create", total, timeout);
         }
-        // At least a second, so that a condition already met is still asked for.
-        let left = total
-            .saturating_sub(start.elapsed())
-            .max(Duration::from_secs(1));
-        self.wait_once(what, condition, left, timeout);
+        self.wait_once(
+            what,
+            condition,
+            total.saturating_sub(start.elapsed()),
+            timeout,
+        );
     }
 
     fn wait_once(&self, what: &str, condition: &str, left: Duration, timeout: &str) {
+        // At least a second, so that a condition already met is still asked for.
         let out = self.kubectl_output(
             &[
                 "wait",

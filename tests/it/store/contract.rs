@@ -785,11 +785,8 @@ async fn open_and_append_steps(s: Stores) {
     assert!(a.append(&snapshot, None).await.unwrap().inserted);
     a.commit().await.unwrap();
     assert_eq!(
-        current_digest(&s.exec, "demo-1")
-            .await
-            .as_ref()
-            .map(|d| d.as_str()),
-        Some(snapshot.snapshot_digest.as_str())
+        current_digest(&s.exec, "demo-1").await.as_ref(),
+        Some(&snapshot.snapshot_digest)
     );
     let mut a = s.exec.begin().await.unwrap();
     let again = a.append(&snapshot, None).await.unwrap();
