@@ -36,8 +36,8 @@ impl Observer for Progress {
                 c.published,
                 c.replayed,
                 c.already_current,
-                c.rejected.values().sum::<u64>(),
-                c.unresolved.values().sum::<u64>() + c.claimed_elsewhere
+                c.rejected.total(),
+                c.unresolved.total() + c.claimed_elsewhere
             ));
         }
         if matches!(

@@ -117,12 +117,6 @@ fn write_summary(path: &Path, line: &str) -> std::io::Result<()> {
 const TERMINATION_LOG: &str = "/dev/termination-log";
 
 fn print_human(summary: &RunSummary) -> Result<(), super::StdoutError> {
-    let join = |m: &std::collections::BTreeMap<String, u64>| {
-        m.iter()
-            .map(|(k, v)| format!("{k} {v}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
     outln!(
         "run finished in {} ms (shard {}/{}): {} projects, {} published, {} replayed, {} already current, {} claimed elsewhere",
         summary.elapsed_ms,
@@ -137,19 +131,19 @@ fn print_human(summary: &RunSummary) -> Result<(), super::StdoutError> {
     if !summary.rejected.is_empty() {
         outln!(
             "  rejected: {} (see `package-executor explain PROJECT`)",
-            join(&summary.rejected)
+            summary.rejected
         );
     }
     if !summary.unresolved.is_empty() {
         outln!(
             "  unresolved: {} (the next run retries them)",
-            join(&summary.unresolved)
+            summary.unresolved
         );
     }
     if !summary.integrity.is_empty() {
         outln!(
             "  INTEGRITY: {} (run `package-executor verify`)",
-            join(&summary.integrity)
+            summary.integrity
         );
     }
     outln!("  exit code {}", summary.exit_code);

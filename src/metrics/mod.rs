@@ -12,7 +12,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use crate::report::RunSummary;
+use crate::report::{RunSummary, Tally};
 
 /// The `Content-Type` of what [`encode`] returns (text format 0.0.4).
 pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
@@ -46,19 +46,16 @@ pub fn encode(summary: &RunSummary, end_unix_seconds: f64) -> String {
     outcome("already-current", summary.already_current);
     outcome("claimed-elsewhere", summary.claimed_elsewhere);
     for (name, counts) in [
-        ("rejected", &summary.rejected),
-        ("unresolved", &summary.unresolved),
-        ("integrity-violation", &summary.integrity),
+        ("rejected", by_text(&summary.rejected)),
+        ("unresolved", by_text(&summary.unresolved)),
+        ("integrity-violation", by_text(&summary.integrity)),
     ] {
         let mut any = false;
-        for (reason, n) in counts.iter().filter(|(_, n)| **n > 0) {
+        for (reason, n) in counts.into_iter().filter(|(_, n)| *n > 0) {
             any = true;
             projects
-                .get_or_create(&vec![
-                    ("outcome", name.to_owned()),
-                    ("reason", reason.clone()),
-                ])
-                .set(clamp(*n));
+                .get_or_create(&vec![("outcome", name.to_owned()), ("reason", reason)])
+                .set(clamp(n));
         }
         // One series per reason with a count; none, and the outcome's zero stands alone.
         if !any {
@@ -122,6 +119,11 @@ fn clamp(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
+/// A tally's counts under their codes' text: the three tallies' codes are of three types.
+fn by_text<K: Ord + std::fmt::Display>(tally: &Tally<K>) -> Vec<(String, u64)> {
+    tally.iter().map(|(k, n)| (k.to_string(), n)).collect()
+}
+
 /// Where the text goes at the end of a run.
 #[derive(Clone, Debug, Default)]
 pub struct Sinks {
@@ -183,7 +185,8 @@ mod tests {
     fn every_outcome_every_run_and_success_only_on_exit_0() {
         let mut s = RunSummary::new(Shard { index: 0, count: 1 });
         s.published = 3;
-        s.rejected.insert("forbidden-field".into(), 1);
+        s.rejected
+            .add(crate::rejection::RejectionCode::ForbiddenField.into());
         s.projects_scanned = 4;
         let text = encode(&s, 1_700_000_000.5);
         assert!(text.contains("package_executor_last_run_projects{outcome=\"published\"} 3\n"));

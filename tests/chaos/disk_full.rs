@@ -83,7 +83,11 @@ fn assert_nothing_fit(report: &RunReport, code: &str) {
     let summary = &report.summary;
     assert_eq!(summary.published, 0, "{summary:?}");
     assert_eq!(summary.exit_code, Exit::Unresolved, "{summary:?}");
-    assert_eq!(summary.unresolved.get("database"), Some(&6), "{summary:?}");
+    assert_eq!(
+        summary.unresolved.get(&Unresolved::Database),
+        6,
+        "{summary:?}"
+    );
     for (project, outcome) in &report.outcomes {
         match outcome {
             Outcome::Unresolved {

@@ -1,8 +1,9 @@
 //! Outcomes, the run summary, exit codes and the termination message (contract sections 6 and 10).
 
 use std::collections::BTreeMap;
+use std::fmt;
 
-use serde::Serialize;
+use serde::{Serialize, Serializer};
 
 use crate::exit::Exit;
 use crate::model::Digest;
@@ -44,6 +45,91 @@ impl Unresolved {
             Self::ClaimedElsewhere => "claimed-elsewhere",
             Self::ClaimUnverified => "claim-unverified",
         }
+    }
+}
+
+impl fmt::Display for Unresolved {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An integrity violation's code (contract section 6). There is one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Violation {
+    /// A different snapshot exists for this vector.
+    ReplayMismatch,
+}
+
+impl Violation {
+    /// The code string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ReplayMismatch => "replay-mismatch",
+        }
+    }
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Projects counted by code, in the contract's order of the codes (a rejection's precedence;
+/// words of a newer build last). JSON: an object of code to count, holding only the codes
+/// counted; text: `code count, code count`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tally<K>(BTreeMap<K, u64>);
+
+impl<K: Ord> Tally<K> {
+    /// Counts one more under `code`.
+    pub fn add(&mut self, code: K) {
+        *self.0.entry(code).or_default() += 1;
+    }
+
+    /// The count under `code` (0 when none).
+    pub fn get(&self, code: &K) -> u64 {
+        self.0.get(code).copied().unwrap_or(0)
+    }
+
+    /// Every count together.
+    pub fn total(&self) -> u64 {
+        self.0.values().sum()
+    }
+
+    /// Whether nothing was counted.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The codes counted and their counts, in order.
+    pub fn iter(&self) -> impl Iterator<Item = (&K, u64)> {
+        self.0.iter().map(|(k, n)| (k, *n))
+    }
+}
+
+impl<K> Default for Tally<K> {
+    fn default() -> Self {
+        Self(BTreeMap::new())
+    }
+}
+
+impl<K: fmt::Display> Serialize for Tally<K> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.0.iter().map(|(k, n)| (k.to_string(), n)))
+    }
+}
+
+impl<K: fmt::Display> fmt::Display for Tally<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, (k, n)) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{k} {n}")?;
+        }
+        Ok(())
     }
 }
 
@@ -112,7 +198,7 @@ impl Outcome {
         match self {
             Self::Rejected { code, .. } => Some(code.as_str()),
             Self::Unresolved { reason, .. } => Some(reason.as_str()),
-            Self::Integrity { .. } => Some("replay-mismatch"),
+            Self::Integrity { .. } => Some(Violation::ReplayMismatch.as_str()),
             _ => None,
         }
     }
@@ -219,11 +305,11 @@ pub struct RunSummary {
     /// Held by another replica to the end (not a failure).
     pub claimed_elsewhere: u64,
     /// Rejections by code (non-zero only).
-    pub rejected: BTreeMap<String, u64>,
-    /// Unresolved by code (non-zero only).
-    pub unresolved: BTreeMap<String, u64>,
+    pub rejected: Tally<ReportedCode>,
+    /// Unresolved by code (non-zero only; `claimed-elsewhere` is counted on its own).
+    pub unresolved: Tally<Unresolved>,
     /// Integrity violations by code (non-zero only).
-    pub integrity: BTreeMap<String, u64>,
+    pub integrity: Tally<Violation>,
     /// Keyset pages of the pending index read, over every pass.
     pub pages: u64,
     /// Final probe passes run.
@@ -245,9 +331,9 @@ impl RunSummary {
             replayed: 0,
             already_current: 0,
             claimed_elsewhere: 0,
-            rejected: BTreeMap::new(),
-            unresolved: BTreeMap::new(),
-            integrity: BTreeMap::new(),
+            rejected: Tally::default(),
+            unresolved: Tally::default(),
+            integrity: Tally::default(),
             pages: 0,
             final_probes: 0,
             elapsed_ms: 0,
@@ -261,33 +347,21 @@ impl RunSummary {
             Outcome::Published { .. } => self.published += 1,
             Outcome::Replayed { .. } => self.replayed += 1,
             Outcome::AlreadyCurrent { .. } => self.already_current += 1,
-            Outcome::Rejected { code, .. } => {
-                *self.rejected.entry(code.as_str().to_owned()).or_default() += 1
-            }
+            Outcome::Rejected { code, .. } => self.rejected.add(code.clone()),
             Outcome::Unresolved {
                 reason: Unresolved::ClaimedElsewhere,
                 ..
             } => self.claimed_elsewhere += 1,
-            Outcome::Unresolved { reason, .. } => {
-                *self
-                    .unresolved
-                    .entry(reason.as_str().to_owned())
-                    .or_default() += 1
-            }
-            Outcome::Integrity { .. } => {
-                *self
-                    .integrity
-                    .entry("replay-mismatch".to_owned())
-                    .or_default() += 1
-            }
+            Outcome::Unresolved { reason, .. } => self.unresolved.add(*reason),
+            Outcome::Integrity { .. } => self.integrity.add(Violation::ReplayMismatch),
         }
     }
 
     /// The exit code by the contract's precedence (5, 8, 3, 6), given whether the database became
     /// unavailable and whether work was left undone (deadline, SIGTERM).
     pub fn decide_exit(&mut self, database_down: bool, left_pending: bool, fail_on_rejected: bool) {
-        let total_rejected: u64 = self.rejected.values().sum();
-        let total_unresolved: u64 = self.unresolved.values().sum();
+        let total_rejected = self.rejected.total();
+        let total_unresolved = self.unresolved.total();
         self.exit_code = if !self.integrity.is_empty() {
             Exit::Integrity
         } else if database_down {
@@ -304,5 +378,68 @@ impl RunSummary {
     /// The one-line JSON form (always under 4,096 bytes: maps hold at most 16 + 5 + 1 keys).
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).unwrap_or_else(|_| String::from("{}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rejection::RejectionCode;
+
+    fn rejected(code: ReportedCode) -> Outcome {
+        Outcome::Rejected {
+            code,
+            detail: String::new(),
+        }
+    }
+
+    #[test]
+    fn the_summary_counts_by_code_in_the_contracts_order() {
+        let mut s = RunSummary::new(Shard { index: 0, count: 1 });
+        for o in [
+            rejected(ReportedCode::parse("zz-newer-word")),
+            rejected(RejectionCode::RevisionMissing.into()),
+            rejected(RejectionCode::ForbiddenField.into()),
+            rejected(RejectionCode::RevisionMissing.into()),
+            Outcome::Unresolved {
+                reason: Unresolved::Database,
+                detail: String::new(),
+            },
+            Outcome::Unresolved {
+                reason: Unresolved::VectorDrift,
+                detail: String::new(),
+            },
+            Outcome::Unresolved {
+                reason: Unresolved::ClaimedElsewhere,
+                detail: String::new(),
+            },
+            Outcome::Integrity {
+                detail: String::new(),
+            },
+        ] {
+            s.count(&o);
+        }
+        let precedence = |code: RejectionCode| RejectionCode::ALL.iter().position(|c| *c == code);
+        assert!(
+            precedence(RejectionCode::RevisionMissing) < precedence(RejectionCode::ForbiddenField)
+        );
+        // The text, not a parsed value: the order of the keys is what is asserted.
+        let json = s.to_json();
+        assert!(
+            json.contains(concat!(
+                r#""rejected":{"revision-missing":2,"forbidden-field":1,"zz-newer-word":1},"#,
+                r#""unresolved":{"vector-drift":1,"database":1},"#,
+                r#""integrity":{"replay-mismatch":1},"#,
+            )),
+            "{json}"
+        );
+        assert_eq!(s.claimed_elsewhere, 1);
+        assert_eq!(s.rejected.total(), 4);
+        assert_eq!(s.unresolved.get(&Unresolved::GenerationDrift), 0);
+        assert_eq!(
+            s.rejected.to_string(),
+            "revision-missing 2, forbidden-field 1, zz-newer-word 1"
+        );
+        assert_eq!(Tally::<Unresolved>::default().to_string(), "");
     }
 }

@@ -8,6 +8,7 @@ use package_executor_testkit::within;
 use db::*;
 use package_executor::exit::Exit;
 use package_executor::planner::{self, ActiveHead};
+use package_executor::rejection::RejectionCode::{ForbiddenField, RevisionMissing};
 use package_executor::report::Outcome;
 use package_executor::sources;
 use package_executor::store::{Dialect, Replay, Scope, Store};
@@ -1449,7 +1450,7 @@ async fn a_late_revision_is_built(s: Stores) {
 
     let summary = run_all(&s.exec, false).await;
     assert_eq!(summary.projects_scanned, 1, "{summary:?}");
-    assert_eq!(summary.rejected.get("revision-missing"), Some(&1));
+    assert_eq!(summary.rejected.get(&RevisionMissing.into()), 1);
     assert_eq!(recorded_rejections(&s.admin, "revision-missing").await, 0);
     assert_eq!(
         marked(&s.exec).await,
@@ -1547,12 +1548,12 @@ async fn a_late_revision_rejected_for_its_content_stands(s: Stores) {
     let revision = late_revision(serde_json::json!({"command": "rm -rf /"}));
     import(&s.admin, &late_fixture(&revision, false)).await;
     let summary = run_all(&s.exec, false).await;
-    assert_eq!(summary.rejected.get("revision-missing"), Some(&1));
+    assert_eq!(summary.rejected.get(&RevisionMissing.into()), 1);
     store_revision_by_sql(&s.admin, &revision).await;
     let summary = run_all(&s.exec, false).await;
     assert_eq!(
-        summary.rejected.get("forbidden-field"),
-        Some(&1),
+        summary.rejected.get(&ForbiddenField.into()),
+        1,
         "{summary:?}"
     );
     assert_eq!(recorded_rejections(&s.admin, "forbidden-field").await, 1);
@@ -1561,8 +1562,8 @@ async fn a_late_revision_rejected_for_its_content_stands(s: Stores) {
     assert!(said.contains("the rejection stands"), "{said}");
     let summary = run_all(&s.exec, true).await;
     assert_eq!(
-        summary.rejected.get("forbidden-field"),
-        Some(&1),
+        summary.rejected.get(&ForbiddenField.into()),
+        1,
         "{summary:?}"
     );
     assert_eq!(

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use db::*;
 use package_executor::exit::Exit;
-use package_executor::report::Outcome;
+use package_executor::report::{Outcome, Unresolved};
 use package_executor::store::{ConnectOptions, Dialect, Store};
 use sqlx::{Connection, PgConnection};
 
@@ -228,8 +228,8 @@ mod on_postgres {
             let summary = run_all(&executor, true).await;
             assert_eq!(summary.claimed_elsewhere, 0, "{summary:?}");
             assert_eq!(
-                summary.unresolved.get("claim-unverified"),
-                Some(&1),
+                summary.unresolved.get(&Unresolved::ClaimUnverified),
+                1,
                 "{summary:?}"
             );
             assert_eq!(summary.exit_code, Exit::Unresolved, "{summary:?}");
