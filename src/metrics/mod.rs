@@ -50,16 +50,14 @@ pub fn encode(summary: &RunSummary, end_unix_seconds: f64) -> String {
         ("unresolved", by_text(&summary.unresolved)),
         ("integrity-violation", by_text(&summary.integrity)),
     ] {
-        let mut any = false;
-        for (reason, n) in counts.into_iter().filter(|(_, n)| *n > 0) {
-            any = true;
+        // One series per reason with a count; none, and the outcome's zero stands alone.
+        if counts.is_empty() {
+            outcome(name, 0);
+        }
+        for (reason, n) in counts {
             projects
                 .get_or_create(&vec![("outcome", name.to_owned()), ("reason", reason)])
                 .set(clamp(n));
-        }
-        // One series per reason with a count; none, and the outcome's zero stands alone.
-        if !any {
-            outcome(name, 0);
         }
     }
     registry.register(
