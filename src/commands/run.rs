@@ -11,6 +11,7 @@ use super::progress::{LogProgress, Progress, progress_wanted};
 use crate::cli::{Cli, RunArgs, resolve_shard};
 use crate::coordinator::{Coordinator, LogObserver, RunReport, RunSettings, Stop};
 use crate::exit::Exit;
+use crate::model::Digest;
 use crate::report::{PublishResult, RunSummary, Shard};
 use crate::sources;
 use crate::store::Dialect;
@@ -349,9 +350,7 @@ pub(super) async fn demo(cli: &Cli) -> anyhow::Result<Exit> {
             project,
             o.name(),
             o.reason().unwrap_or("-"),
-            o.snapshot_digest()
-                .map(|d| &d.as_str()[..23])
-                .unwrap_or("-")
+            o.snapshot_digest().map(Digest::short).unwrap_or("-")
         );
     }
     for (project, o) in &report.outcomes {

@@ -443,3 +443,31 @@ pub async fn migrated_sqlite(path: &Path) -> String {
     store.close().await;
     url
 }
+
+/// Waits until another session of `c`'s database waits for a lock: how a test that holds one
+/// learns that its actor has reached it. PostgreSQL announces no such event, so this polls
+/// `pg_stat_activity`; it panics after `timeout`.
+pub async fn until_a_session_waits_for_a_lock(
+    c: &mut sqlx::PgConnection,
+    timeout: std::time::Duration,
+) {
+    let started = std::time::Instant::now();
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM pg_stat_activity \
+             WHERE wait_event_type = 'Lock' AND pid <> pg_backend_pid() \
+             AND datname = current_database()",
+        )
+        .fetch_one(&mut *c)
+        .await
+        .expect("read pg_stat_activity");
+        if waiting > 0 {
+            return;
+        }
+        assert!(
+            started.elapsed() < timeout,
+            "no session waited for a lock within {timeout:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}

@@ -523,11 +523,9 @@ mod on_postgres {
                 .stderr(Stdio::piped())
                 .spawn()
                 .unwrap();
-            let waiting = "SELECT COUNT(*) FROM pg_stat_activity \
-                           WHERE wait_event_type = 'Lock' AND datname = current_database()";
-            while scalar(&store, waiting).await == 0 {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
+            let mut watcher = store.pg_pool().unwrap().acquire().await.unwrap();
+            pg::until_a_session_waits_for_a_lock(&mut watcher, Duration::from_secs(60)).await;
+            drop(watcher);
             cluster.stop("immediate");
             let out = child.wait_with_output().await.unwrap();
             let stdout = String::from_utf8_lossy(&out.stdout);

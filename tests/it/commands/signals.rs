@@ -56,25 +56,8 @@ impl Hold {
     /// Waits (at most 30 s) until an executor's session waits for this one's lock (SQLite
     /// has no waiters; see the module's comment).
     async fn until_waited_for(&mut self) {
-        let Self::Pg(c) = self else { return };
-        let started = Instant::now();
-        loop {
-            let waiting: i64 = sqlx::query_scalar(
-                "SELECT COUNT(*) FROM pg_stat_activity \
-                 WHERE wait_event_type = 'Lock' AND pid <> pg_backend_pid() \
-                 AND datname = current_database()",
-            )
-            .fetch_one(&mut *c)
-            .await
-            .unwrap();
-            if waiting > 0 {
-                return;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "no executor session waited for the lock"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
+        if let Self::Pg(c) = self {
+            pg::until_a_session_waits_for_a_lock(c, Duration::from_secs(30)).await;
         }
     }
 
