@@ -165,14 +165,10 @@ fn postmaster() -> Option<String> {
     text.lines().next().map(str::to_owned)
 }
 
-/// CPU seconds, user and system, that the server's ended backends have used: the postmaster's
-/// `cutime + cstime` (fields 16 and 17 of `/proc/PID/stat`, in USER_HZ, which is 100 on Linux),
-/// which counts a backend once it has exited and been reaped. Read before and after a run, once
-/// the run's backends are gone ([`ServerCpu`]), it is the server's CPU for that run,
-/// autovacuum's workers included. Steadier than wall time for an A/B of server-side work: the
-/// ratio to the executor's own CPU in the same run does not move with the machine's speed.
-fn server_cpu() -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{}/stat", postmaster()?)).ok()?;
+/// User and system CPU seconds of the children of `pid` that have exited and been reaped:
+/// `cutime` and `cstime`, fields 16 and 17 of `/proc/PID/stat`, in USER_HZ (100 on Linux).
+fn reaped_children_cpu(pid: &str) -> Option<(f64, f64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) is in parentheses and may hold spaces: count from after it.
     let rest = &stat[stat.rfind(')')? + 1..];
     let fields: Vec<f64> = rest
@@ -180,7 +176,17 @@ fn server_cpu() -> Option<f64> {
         .filter_map(|f| f.parse().ok())
         .collect();
     // `rest` begins at field 3, the state, which does not parse: field N is fields[N - 4].
-    Some((fields.get(12)? + fields.get(13)?) / 100.0)
+    Some((fields.get(12)? / 100.0, fields.get(13)? / 100.0))
+}
+
+/// CPU seconds, user and system, that the server's ended backends have used: the postmaster's
+/// reaped children ([`reaped_children_cpu`]), which count a backend once it has exited. Read
+/// before and after a run, once the run's backends are gone ([`ServerCpu`]), it is the server's
+/// CPU for that run, autovacuum's workers included. Steadier than wall time for an A/B of
+/// server-side work: the ratio to the executor's own CPU in the same run does not move with the
+/// machine's speed.
+fn server_cpu() -> Option<f64> {
+    reaped_children_cpu(&postmaster()?).map(|(user, system)| user + system)
 }
 
 /// The postmaster's children now (its backends and background workers), by pid.
@@ -228,10 +234,10 @@ impl ServerCpu {
 fn run_cli(bin: &PathBuf, url: &str, args: &[&str]) -> (Duration, serde_json::Value) {
     let server = ServerCpu::start();
     let before = machine_jiffies();
+    // The bench's own reaped children: the executor's CPU once `output` has waited for it.
+    let mine = reaped_children_cpu("self");
     let t = Instant::now();
-    let out = Command::new("/usr/bin/time")
-        .args(["-f", "executor cpu: user %Us, system %Ss"])
-        .arg(bin)
+    let out = Command::new(bin)
         .args(args)
         .env("DATABASE_URL", url)
         .env("PACKAGE_EXECUTOR_LOG", "error")
@@ -241,31 +247,24 @@ fn run_cli(bin: &PathBuf, url: &str, args: &[&str]) -> (Duration, serde_json::Va
     let elapsed = t.elapsed();
     let after = machine_jiffies();
     let server = server.used();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    if let Some(cpu) = stderr.lines().find(|l| l.starts_with("executor cpu")) {
+    if let Some(((user, system), (user0, system0))) = reaped_children_cpu("self").zip(mine) {
+        let (user, system) = (user - user0, system - system0);
         let busy = (after.0 - before.0) as f64 / (after.1 - before.1).max(1) as f64;
-        let executor = executor_seconds(cpu);
         let server = server.map_or(String::new(), |s| {
             format!(
                 "; server cpu {s:.2}s, {:.2}x the executor's",
-                s / executor.max(0.01)
+                s / (user + system).max(0.01)
             )
         });
         println!(
-            "    {cpu} (wall {:.2}s); machine busy {:.0}% of all cores{server}",
+            "    executor cpu: user {user:.2}s, system {system:.2}s (wall {:.2}s); \
+             machine busy {:.0}% of all cores{server}",
             elapsed.as_secs_f64(),
             busy * 100.0
         );
     }
     let v = serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
     (elapsed, v)
-}
-
-/// User plus system seconds from the `executor cpu: user Xs, system Ys` line.
-fn executor_seconds(line: &str) -> f64 {
-    line.split(|c: char| c.is_whitespace() || c == ',')
-        .filter_map(|w| w.strip_suffix('s')?.parse::<f64>().ok())
-        .sum()
 }
 
 /// Floor/cold-run pairs for the `run` section (`BENCH_PAIRS`, at least 1).
