@@ -387,38 +387,44 @@ fn network_policy_admits_the_executor_to_the_database_and_nothing_else(ns: &Name
         "-o",
         "jsonpath={.items[0].status.addresses[?(@.type==\"InternalIP\")].address}",
     ]);
-    let script = format!(
-        "nc -w 5 {database} 5432 </dev/null; echo DATABASE=$?; \
-         nc -w 5 {node} 10250 </dev/null; echo KUBELET=$?"
-    );
-    for (name, labels, expected) in [
-        (
-            "probe-executor",
-            executor_labels(),
-            ["DATABASE=0", "KUBELET=1"],
-        ),
-        (
-            "probe-unlabelled",
-            serde_json::json!({}),
-            ["DATABASE=1", "KUBELET=0"],
-        ),
+    // The enforcer puts a new pod's rules in force at its first sync after the pod appears,
+    // which can come after the pod's first connection (seen: the executor's probe refused by
+    // the database and let through to the kubelet, as if it had no labels). So each probe tries
+    // both connections again, a second apart and at most 30 times, until they give what its
+    // labels call for, and prints the last results: with the enforcer off they never do.
+    let probe = |database_exit: u8, kubelet_exit: u8| {
+        format!(
+            "for try in $(seq 30); do \
+               nc -w 5 {database} 5432 </dev/null; d=$?; \
+               nc -w 5 {node} 10250 </dev/null; k=$?; \
+               [ $d = {database_exit} ] && [ $k = {kubelet_exit} ] && break; sleep 1; \
+             done; echo TRIES=$try; echo DATABASE=$d; echo KUBELET=$k"
+        )
+    };
+    for (name, labels, (database_exit, kubelet_exit)) in [
+        ("probe-executor", executor_labels(), (0, 1)),
+        ("probe-unlabelled", serde_json::json!({}), (1, 0)),
     ] {
         let pod = serde_json::json!({
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {"name": name, "labels": labels},
-            "spec": cluster::busybox_pod_spec(&script),
+            "spec": cluster::busybox_pod_spec(&probe(database_exit, kubelet_exit)),
         });
         ns.apply(&pod.to_string());
         ns.wait(
             &format!("pod/{name}"),
             "jsonpath={.status.phase}=Succeeded",
-            "120s",
+            "400s",
         );
+        let expected = [
+            format!("DATABASE={database_exit}"),
+            format!("KUBELET={kubelet_exit}"),
+        ];
         let log = ns.kubectl(&["logs", name]);
-        for line in expected {
+        for line in &expected {
             assert!(
-                log.contains(line),
+                log.contains(line.as_str()),
                 "{name}: expected {line} (database {service} at {database}:5432, kubelet at {node}:10250): {log}"
             );
         }
