@@ -12,7 +12,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use crate::report::{RunSummary, Tally};
+use crate::report::RunSummary;
 
 /// The `Content-Type` of what [`encode`] returns (text format 0.0.4).
 pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
@@ -46,9 +46,10 @@ pub fn encode(summary: &RunSummary, end_unix_seconds: f64) -> String {
     outcome("already-current", summary.already_current);
     outcome("claimed-elsewhere", summary.claimed_elsewhere);
     for (name, counts) in [
-        ("rejected", by_text(&summary.rejected)),
-        ("unresolved", by_text(&summary.unresolved)),
-        ("integrity-violation", by_text(&summary.integrity)),
+        // One list type for the three tallies, whose codes are of three types.
+        ("rejected", summary.rejected.by_text().collect::<Vec<_>>()),
+        ("unresolved", summary.unresolved.by_text().collect()),
+        ("integrity-violation", summary.integrity.by_text().collect()),
     ] {
         // One series per reason with a count; none, and the outcome's zero stands alone.
         if counts.is_empty() {
@@ -115,11 +116,6 @@ pub fn encode(summary: &RunSummary, end_unix_seconds: f64) -> String {
 
 fn clamp(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
-}
-
-/// A tally's counts under their codes' text: the three tallies' codes are of three types.
-fn by_text<K: Ord + std::fmt::Display>(tally: &Tally<K>) -> Vec<(String, u64)> {
-    tally.iter().map(|(k, n)| (k.to_string(), n)).collect()
 }
 
 /// Where the text goes at the end of a run.

@@ -115,9 +115,17 @@ impl<K> Default for Tally<K> {
     }
 }
 
+impl<K: fmt::Display> Tally<K> {
+    /// The codes counted, as their contract text, and their counts, in order: the JSON's keys
+    /// and the metrics' `reason` labels.
+    pub fn by_text(&self) -> impl Iterator<Item = (String, u64)> + '_ {
+        self.0.iter().map(|(k, n)| (k.to_string(), *n))
+    }
+}
+
 impl<K: fmt::Display> Serialize for Tally<K> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_map(self.0.iter().map(|(k, n)| (k.to_string(), n)))
+        serializer.collect_map(self.by_text())
     }
 }
 
