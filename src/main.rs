@@ -2,7 +2,7 @@
 
 use std::io::IsTerminal;
 
-use clap::Parser;
+use clap::Parser as _;
 use package_executor::cli::{Cli, LogFormat};
 use package_executor::commands;
 use package_executor::exit::Exit;
@@ -71,14 +71,41 @@ fn fix_mmap_threshold() {
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 fn fix_mmap_threshold() {}
 
+/// The command line, or the process ends as clap would end it (help and version on stdout,
+/// exit 0; usage errors on stderr, exit 2), with two differences: what clap prints is redacted
+/// first, since a usage error quotes the argument it refused and that may be a database URL
+/// given without its flag (`package-executor postgres://u:PW@db/app run`), and a failed write
+/// never panics.
+fn parse() -> Cli {
+    match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            use std::io::Write as _;
+            let text = package_executor::store::redact_text(&e.render().to_string());
+            let code = e.exit_code();
+            if e.use_stderr() {
+                let mut err = std::io::stderr().lock();
+                let _ = err.write_all(text.as_bytes()).and_then(|()| err.flush());
+            } else {
+                let mut out = std::io::stdout().lock();
+                let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+            }
+            std::process::exit(code);
+        }
+    }
+}
+
 fn main() {
     fix_mmap_threshold();
-    // A panic anywhere ends the process with exit code 1, after saying where.
+    // A panic anywhere ends the process with exit code 1, after saying where (a write that
+    // fails here is ignored: a second panic inside the hook would abort, exit 134).
     std::panic::set_hook(Box::new(|info| {
-        eprintln!("package-executor panicked: {info}; this is a bug, please report it");
+        commands::write_stderr(format_args!(
+            "package-executor panicked: {info}; this is a bug, please report it"
+        ));
         std::process::exit(Exit::Error.code());
     }));
-    let cli = Cli::parse();
+    let cli = parse();
     init_logging(cli.log_format);
     // One async thread: the work is round trips to the database, and a single thread does them
     // with fewer wakeups than a work-stealing pool (the run's lanes add threads where it pays;
@@ -89,17 +116,17 @@ fn main() {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
+            commands::write_stderr(format_args!("error: cannot start the async runtime: {e}"));
             std::process::exit(Exit::Error.code());
         }
     };
     let code = match runtime.block_on(commands::execute(cli)) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!(
+            commands::write_stderr(format_args!(
                 "error: {}",
                 package_executor::store::redact_text(&format!("{e:#}"))
-            );
+            ));
             commands::exit_for(&e)
         }
     };

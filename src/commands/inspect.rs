@@ -22,7 +22,7 @@ pub(super) async fn current(
     let store = connect_migrated(cli, 1).await?;
     let c = match store.revalidate(project, known).await? {
         None => {
-            eprintln!(
+            errln!(
                 "no current snapshot for project {project}; `package-executor explain {project}` \
                  says why, `package-executor publish {project}` builds one"
             );
@@ -62,7 +62,7 @@ pub(super) async fn current(
         match serde_json::from_slice::<&serde_json::value::RawValue>(&c.canonical_json) {
             Ok(raw) if raw.get().starts_with('{') => line.push_str(raw.get()),
             _ => {
-                eprintln!(
+                errln!(
                     "error: the stored snapshot {} of project {project} is not one JSON object; \
                      it was written around the executor: run `package-executor verify --project \
                      {project}` and repair the database",

@@ -9,9 +9,19 @@ macro_rules! outln {
     };
 }
 
+/// `eprintln!` that never panics: a line to standard error, above the progress bar, whose failed
+/// write (a closed pipe, a full disk) is ignored. Standard error carries logs and hints; a stream
+/// that went away must never end the work or change its exit code (contract, section 10).
+macro_rules! errln {
+    ($($arg:tt)*) => {
+        $crate::commands::write_stderr(format_args!($($arg)*))
+    };
+}
+
 mod import;
 mod inspect;
 mod meter;
+mod outputs;
 mod progress;
 mod run;
 mod terminal;
@@ -40,6 +50,19 @@ pub(crate) fn write_stdout(args: std::fmt::Arguments<'_>) -> Result<(), StdoutEr
         .and_then(|()| out.write_all(b"\n"))
         .and_then(|()| out.flush())
         .map_err(StdoutError)
+}
+
+/// One line to standard error, whatever became of it: nothing is told of a failed write (there
+/// is nowhere left to tell it), and nothing panics, so a closed pipe never aborts a command.
+pub fn write_stderr(args: std::fmt::Arguments<'_>) {
+    use std::io::Write as _;
+    terminal::above_bar(|| {
+        let mut err = std::io::stderr().lock();
+        let _ = err
+            .write_fmt(args)
+            .and_then(|()| err.write_all(b"\n"))
+            .and_then(|()| err.flush());
+    });
 }
 
 /// Runs a parsed command line; returns the process exit code.

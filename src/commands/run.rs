@@ -16,6 +16,7 @@ use crate::report::{PublishResult, RunSummary, Shard};
 use crate::sources;
 use crate::store::Dialect;
 
+use super::outputs::Protected;
 use super::{connect, connect_migrated};
 
 fn settings(args: &RunArgs, shard: Shard) -> RunSettings {
@@ -105,11 +106,13 @@ fn write_summary(path: &Path, line: &str) -> std::io::Result<()> {
                 "the termination log is a symlink; not following it",
             ));
         }
-        return std::fs::OpenOptions::new()
-            .write(true)
-            .truncate(true)
-            .open(path)
-            .and_then(|mut f| std::io::Write::write_all(&mut f, line.as_bytes()));
+        if meta.is_file() {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .truncate(true)
+                .open(path)?;
+        }
+        return crate::metrics::file::write_in_place(path, line);
     }
     crate::metrics::file::write_atomically(path, line)
 }
@@ -167,13 +170,28 @@ pub(super) async fn run(cli: &Cli, args: &RunArgs) -> anyhow::Result<Exit> {
         Ok(shard) => shard,
         // A usage error (exit 2), as clap's own are: the Job's settings must change.
         Err(e) => {
-            eprintln!(
+            errln!(
                 "error: {e}; set --shard-index below --shard-count (an Indexed Job sets JOB_COMPLETION_INDEX)"
             );
             return Ok(Exit::Usage);
         }
     };
     let shard = Shard { index, count };
+    // The output files never replace the database (or its -wal, -shm and -journal files): a
+    // usage error before the run takes work, and checked again when each is written.
+    let protected = Protected::of(super::database_url(cli).ok().as_deref());
+    let outputs = [
+        ("--summary-file", args.summary_file.as_deref()),
+        ("--metrics-file", args.metrics_file.as_deref()),
+    ];
+    for (flag, path) in outputs {
+        if let Some(path) = path
+            && let Err(e) = protected.check(flag, path)
+        {
+            errln!("error: {e}");
+            return Ok(Exit::Usage);
+        }
+    }
     let started = std::time::Instant::now();
     let pool = run_pool_size(cli, args.concurrency as usize);
     let settings = settings(args, shard);
@@ -182,6 +200,7 @@ pub(super) async fn run(cli: &Cli, args: &RunArgs) -> anyhow::Result<Exit> {
     // it connected would be lost, and the run would take work after the pod was told to end.
     let stop = Stop::default();
     stop.arm(settings.deadline, cli.shutdown_grace);
+    let delivering = stop.clone();
     let connected = tokio::select! {
         connected = connect_migrated(cli, pool) => Some(connected),
         () = stop.wait() => None,
@@ -203,7 +222,7 @@ pub(super) async fn run(cli: &Cli, args: &RunArgs) -> anyhow::Result<Exit> {
         Some(Err(e)) => {
             // Still write a truthful summary: nothing was done, the database is unavailable.
             tracing::error!(error = %format!("{e:#}"), "cannot start the run");
-            eprintln!("error: {}", crate::store::redact_text(&format!("{e:#}")));
+            errln!("error: {}", crate::store::redact_text(&format!("{e:#}")));
             let mut s = RunSummary::new(shard);
             s.elapsed_ms = started.elapsed().as_millis() as u64;
             s.exit_code = super::exit_for(&e);
@@ -221,25 +240,41 @@ pub(super) async fn run(cli: &Cli, args: &RunArgs) -> anyhow::Result<Exit> {
     };
     if let Err(e) = &printed {
         tracing::error!(error = %e, "the run's result could not be written to standard output");
-        eprintln!("error: {e}");
+        errln!("error: {e}");
         if summary.exit_code == Exit::Ok {
             summary.exit_code = Exit::Error;
         }
     }
+    // The work is over and its code decided: a signal from here on ends only the delivery.
+    delivering.finish(summary.exit_code);
     // Then the termination message: it must be written even if the pod is stopped while the
     // metrics are still being pushed.
     let line = summary.to_json();
-    if let Some(path) = summary_path(args.summary_file.as_deref())
-        && let Err(e) = write_summary(&path, &line)
-    {
-        tracing::warn!(path = %path.display(), error = %e, "cannot write the summary file");
+    if let Some(path) = summary_path(args.summary_file.as_deref()) {
+        let written = protected
+            .check("--summary-file", &path)
+            .map_err(std::io::Error::other)
+            .and_then(|()| write_summary(&path, &line));
+        if let Err(e) = written {
+            tracing::warn!(path = %path.display(), error = %e, "cannot write the summary file");
+        }
     }
+    let metrics_file = match &args.metrics_file {
+        Some(path) => match protected.check("--metrics-file", path) {
+            Ok(()) => Some(path.clone()),
+            Err(e) => {
+                tracing::warn!(error = %e, "the metrics file is not written");
+                None
+            }
+        },
+        None => None,
+    };
     let sinks = crate::metrics::Sinks {
         push_url: args.metrics_push_url.clone(),
         job: args.metrics_job.clone(),
         instance: args.metrics_instance.clone(),
         kind: if args.full_scan { "sweep" } else { "recovery" },
-        file: args.metrics_file.clone(),
+        file: metrics_file,
     };
     // Metrics never change the outcome: a failed push or write is a warning, here and below.
     let metric_warnings = sinks.deliver(&summary).await;
@@ -250,7 +285,8 @@ pub(super) async fn run(cli: &Cli, args: &RunArgs) -> anyhow::Result<Exit> {
         for w in &metric_warnings {
             // Already logged; a failure to print it changes nothing.
             let _ = super::write_stdout(format_args!(
-                "  warning: {w} (the exit code is the run's own)"
+                "  warning: {} (the exit code is the run's own)",
+                crate::store::redact_text(w)
             ));
         }
     }

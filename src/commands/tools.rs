@@ -18,7 +18,7 @@ pub(super) fn canonicalize(file: Option<&Path>, digest: bool) -> anyhow::Result<
         Some(path) => match std::fs::read(path) {
             Ok(b) => b,
             Err(e) => {
-                eprintln!(
+                errln!(
                     "error: cannot read {}: {e}; check the path, and that this process may read the file",
                     path.display()
                 );
@@ -36,7 +36,7 @@ pub(super) fn canonicalize(file: Option<&Path>, digest: bool) -> anyhow::Result<
     let bytes = match canonical {
         Ok(b) => b,
         Err(e) => {
-            eprintln!(
+            errln!(
                 "error: not acceptable JSON: {e}; fix the document (duplicate member names and lone surrogates are refused)"
             );
             return Ok(Exit::Error);
@@ -71,7 +71,7 @@ pub(super) fn identity(cmd: &IdentityCommand) -> anyhow::Result<Exit> {
                     Ok(Exit::Ok)
                 }
                 Err(e) => {
-                    eprintln!("error: {e}");
+                    errln!("error: {e}");
                     Ok(Exit::Error)
                 }
             }
@@ -82,7 +82,7 @@ pub(super) fn identity(cmd: &IdentityCommand) -> anyhow::Result<Exit> {
                 Ok(Exit::Ok)
             }
             Err(e) => {
-                eprintln!("error: {string:?} is not a canonical identity: {e}");
+                errln!("error: {string:?} is not a canonical identity: {e}");
                 Ok(Exit::Error)
             }
         },

@@ -21,6 +21,10 @@ use crate::exit::Exit;
 pub struct Stop {
     token: CancellationToken,
     abandon: CancellationToken,
+    /// The exit code, once the work is over and the code decided: a signal after that ends
+    /// the delivery of the results (the summary file, the metrics), not work, and the process
+    /// then exits with the run's own code.
+    finished: std::sync::Arc<std::sync::OnceLock<Exit>>,
 }
 
 /// How long after a run was abandoned the signal thread waits for the process to end by
@@ -47,6 +51,16 @@ impl Stop {
     pub fn abandon(&self) {
         self.trigger();
         self.abandon.cancel();
+    }
+
+    /// Records that the work is over and `code` is the run's exit code (the first call wins).
+    pub fn finish(&self, code: Exit) {
+        let _ = self.finished.set(code);
+    }
+
+    /// The exit code [`Stop::finish`] recorded, if the work is over.
+    pub fn finished(&self) -> Option<Exit> {
+        self.finished.get().copied()
     }
 
     /// Whether the work in flight was given up.
@@ -138,15 +152,29 @@ fn watch_signals(
             stop.trigger();
             let _ = told.send(name(first));
             let pending = Exit::Unresolved.code();
-            match rx.recv_timeout(grace) {
-                Ok(second) => {
-                    let _ = writeln!(
-                        err,
-                        "{}: ending the run now; the projects in flight stay pending (exit {pending})",
-                        name(second),
-                    );
-                    std::process::exit(pending);
+            // After the work: the run's own code, and no word of projects in flight.
+            let end = |err: &mut std::fs::File, why: String| -> ! {
+                match stop.finished() {
+                    Some(code) => {
+                        let _ = writeln!(
+                            err,
+                            "{why}; the run's work was done, its results were still being \
+                             delivered (the summary file, the metrics) (exit {})",
+                            code.code()
+                        );
+                        std::process::exit(code.code());
+                    }
+                    None => {
+                        let _ = writeln!(
+                            err,
+                            "{why}; the projects in flight stay pending (exit {pending})"
+                        );
+                        std::process::exit(pending);
+                    }
                 }
+            };
+            match rx.recv_timeout(grace) {
+                Ok(second) => end(&mut err, format!("{}: ending the run now", name(second))),
                 Err(RecvTimeoutError::Disconnected) => return,
                 Err(RecvTimeoutError::Timeout) => stop.abandon(),
             }
@@ -159,11 +187,7 @@ fn watch_signals(
                     humantime::format_duration(FORCED_EXIT_MARGIN),
                 ),
             };
-            let _ = writeln!(
-                err,
-                "{last}; the projects in flight stay pending (exit {pending})"
-            );
-            std::process::exit(pending);
+            end(&mut err, last);
         })?;
     Ok(())
 }

@@ -14,19 +14,71 @@ use std::path::Path;
 #[cfg(unix)]
 const MODE: u32 = 0o644;
 
+/// How long a write in place waits for a FIFO's reader to take the text.
+const IN_PLACE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Writes `text` into `path` as it stands (a device, a FIFO, the termination log), never
+/// waiting for ever: a FIFO is opened without blocking, so one that no process reads is an
+/// error at once (`ENXIO`) instead of a run that hangs after its work is done, and a reader
+/// that stops reading gets [`IN_PLACE_WAIT`] before the write is given up.
+pub fn write_in_place(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ENXIO) => std::io::Error::other(
+                "it is a FIFO that no process has open for reading; start its reader first, or \
+                 give a regular file",
+            ),
+            _ => e,
+        })?;
+    let deadline = std::time::Instant::now() + IN_PLACE_WAIT;
+    let mut rest = text.as_bytes();
+    while !rest.is_empty() {
+        match file.write(rest) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => rest = &rest[n..],
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if std::time::Instant::now() >= deadline {
+                    return Err(std::io::Error::other(format!(
+                        "its reader took no more within {IN_PLACE_WAIT:?}; {} bytes were not written",
+                        rest.len()
+                    )));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Whether `path` is written in place: a device or a FIFO (`/dev/null`, a pipe) cannot be
+/// replaced and holds no file to keep whole, and the system's own links to one (`/dev/stdout`,
+/// `/proc/self/fd/1`, which nobody plants) lead to where the text is meant to go. Any other
+/// symlink is replaced, never followed.
+fn in_place(path: &Path) -> bool {
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return false;
+    };
+    let special =
+        |m: &std::fs::Metadata| !m.is_file() && !m.is_dir() && !m.file_type().is_symlink();
+    if meta.file_type().is_symlink() {
+        let systems = path.starts_with("/dev/") || path.starts_with("/proc/");
+        return systems && std::fs::metadata(path).is_ok_and(|m| special(&m));
+    }
+    special(&meta)
+}
+
 /// Writes `text` to `path` atomically (unpredictable same-directory temporary file, fsync,
 /// rename). A path that is a device or a FIFO (`/dev/stdout`, `/dev/null`, a pipe) is written
-/// in place: it cannot be replaced and holds no file to keep whole.
+/// in place ([`write_in_place`]): it cannot be replaced and holds no file to keep whole.
 pub fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
-    if let Ok(meta) = std::fs::symlink_metadata(path)
-        && !meta.is_file()
-        && !meta.is_dir()
-        && !meta.file_type().is_symlink()
-    {
-        return std::fs::OpenOptions::new()
-            .write(true)
-            .open(path)?
-            .write_all(text.as_bytes());
+    if in_place(path) {
+        return write_in_place(path, text);
     }
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
@@ -56,6 +108,7 @@ pub fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::write_atomically;
+    use std::os::unix::fs::FileTypeExt as _;
 
     #[test]
     #[cfg(unix)]
@@ -79,6 +132,42 @@ mod tests {
             .collect();
         names.sort();
         assert_eq!(names, ["elsewhere", "package_executor.prom"]);
+    }
+
+    /// A FIFO nobody reads is an error at once, not a write that waits for ever; one with a
+    /// reader gets the text whole.
+    #[test]
+    fn a_fifo_without_a_reader_is_refused_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("m.fifo");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let e = write_atomically(&fifo, "metric 3\n").unwrap_err();
+        assert!(
+            e.to_string().contains("no process has open for reading"),
+            "{e}"
+        );
+        // With a reader (opened without blocking, before the write), the text arrives.
+        use std::io::Read as _;
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let mut reader = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&fifo)
+            .unwrap();
+        write_atomically(&fifo, "metric 3\n").unwrap();
+        let mut got = String::new();
+        reader.read_to_string(&mut got).unwrap();
+        assert_eq!(got, "metric 3\n");
+        assert!(
+            std::fs::symlink_metadata(&fifo)
+                .unwrap()
+                .file_type()
+                .is_fifo()
+        );
     }
 
     #[test]

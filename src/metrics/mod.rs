@@ -150,15 +150,19 @@ impl Sinks {
         let text = encode(summary, end);
         let mut warnings = Vec::new();
         if let Some(url) = &self.push_url {
-            let target = push::Target::new(
+            match push::Target::new(
                 url,
                 &self.job,
                 &self.instance,
                 self.kind,
                 summary.shard.index,
-            );
-            if let Err(e) = push::push(&target, &text).await {
-                warnings.push(format!("metrics push failed: {e}"));
+            ) {
+                Ok(target) => {
+                    if let Err(e) = push::push(&target, &text).await {
+                        warnings.push(format!("metrics push failed: {e}"));
+                    }
+                }
+                Err(e) => warnings.push(format!("metrics not pushed: {e}")),
             }
         }
         if let Some(path) = &self.file

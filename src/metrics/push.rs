@@ -22,8 +22,11 @@ pub const TRIES: u32 = 2;
 /// Where one run's metrics go.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Target {
-    /// The full URL to POST to, without the user part (safe to print).
-    pub url: String,
+    /// The full URL to POST to, the base URL's query included; never printed, since a proxy in
+    /// front of the Pushgateway may take a secret there.
+    url: String,
+    /// What messages name: scheme, host, port and path, without the user part or the query.
+    pub shown: String,
     /// `Authorization: Basic …` from the user part the URL was given with, if any.
     authorization: Option<Credentials>,
 }
@@ -38,50 +41,74 @@ impl std::fmt::Debug for Credentials {
     }
 }
 
-/// The base URL without its user part, and the basic credentials the user part held
-/// (percent-decoded, as RFC 3986 writes them).
-fn split_user_part(base: &str) -> (String, Option<Credentials>) {
-    use base64::Engine as _;
-    let Ok(mut url) = url::Url::parse(base) else {
-        return (crate::store::redact(base), None);
-    };
-    if url.username().is_empty() && url.password().is_none() {
-        return (base.to_owned(), None);
-    }
-    let decode = |s: &str| {
-        url::form_urlencoded::parse(s.replace('+', "%2B").as_bytes())
-            .map(|(k, _)| k.into_owned())
-            .collect::<String>()
-    };
-    let user = decode(url.username());
-    let password = url.password().map(decode).unwrap_or_default();
-    let _ = url.set_username("");
-    let _ = url.set_password(None);
-    let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
-    (
-        url.as_str().trim_end_matches('/').to_owned(),
-        Some(Credentials(format!("Basic {token}"))),
-    )
+/// A Pushgateway URL that cannot be pushed to; says why without quoting the URL, which may hold
+/// a password in a shape no parser recognised.
+#[derive(Debug, thiserror::Error)]
+pub enum BadUrl {
+    /// Not an absolute URL (`user:password@host:9091` has no scheme).
+    #[error(
+        "the Pushgateway URL does not parse as an absolute URL ({0}); give it as \
+         http://host:9091 or https://host"
+    )]
+    Unparsable(url::ParseError),
+    /// Another scheme than http or https.
+    #[error("the Pushgateway URL's scheme is {0:?}; give it as http://host:9091 or https://host")]
+    Scheme(String),
 }
 
 impl Target {
     /// `<base>/metrics/job/<job>/instance/<instance>/kind/<kind>/shard/<index>`, each value in
-    /// its own path segment.
-    /// A user part in `base` (`http://user:password@host`) is sent as basic authentication
-    /// and never printed.
-    pub fn new(base: &str, job: &str, instance: &str, kind: &str, shard_index: u64) -> Self {
-        let (base, authorization) = split_user_part(base);
-        let mut url = format!("{}/metrics", base.trim_end_matches('/'));
+    /// its own path segment, after the base URL's own path and before its query (a proxy's
+    /// query stays one). A user part in `base` (`http://user:password@host`) is sent as basic
+    /// authentication and never printed.
+    pub fn new(
+        base: &str,
+        job: &str,
+        instance: &str,
+        kind: &str,
+        shard_index: u64,
+    ) -> Result<Self, BadUrl> {
+        use base64::Engine as _;
+        let mut url = url::Url::parse(base).map_err(BadUrl::Unparsable)?;
+        if !matches!(url.scheme(), "http" | "https") {
+            let scheme: String = url.scheme().chars().take(16).collect();
+            return Err(BadUrl::Scheme(scheme));
+        }
+        let authorization = if url.username().is_empty() && url.password().is_none() {
+            None
+        } else {
+            let decode = |s: &str| {
+                url::form_urlencoded::parse(s.replace('+', "%2B").as_bytes())
+                    .map(|(k, _)| k.into_owned())
+                    .collect::<String>()
+            };
+            let user = decode(url.username());
+            let password = url.password().map(decode).unwrap_or_default();
+            let _ = url.set_username("");
+            let _ = url.set_password(None);
+            let token =
+                base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+            Some(Credentials(format!("Basic {token}")))
+        };
+        url.set_fragment(None);
+        let mut path = format!("{}/metrics", url.path().trim_end_matches('/'));
         for (label, value) in [
             ("job", job),
             ("instance", instance),
             ("kind", kind),
             ("shard", &shard_index.to_string()),
         ] {
-            url.push('/');
-            url.push_str(&segment(label, value));
+            path.push('/');
+            path.push_str(&segment(label, value));
         }
-        Self { url, authorization }
+        url.set_path(&path);
+        let mut shown = url.clone();
+        shown.set_query(None);
+        Ok(Self {
+            url: url.into(),
+            shown: shown.into(),
+            authorization,
+        })
     }
 }
 
@@ -125,7 +152,7 @@ pub async fn push(target: &Target, text: &str) -> Result<(), String> {
         }
         let request = request
             .body(Full::new(Bytes::from(text.to_owned())))
-            .map_err(|e| format!("bad Pushgateway URL {}: {e}", target.url))?;
+            .map_err(|e| format!("bad Pushgateway URL {}: {e}", target.shown))?;
         let sent = async {
             let response = client.request(request).await.map_err(|e| e.to_string())?;
             let status = response.status();
@@ -156,7 +183,7 @@ pub async fn push(target: &Target, text: &str) -> Result<(), String> {
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
-    Err(format!("{} ({TRIES} tries): {last}", target.url))
+    Err(format!("{} ({TRIES} tries): {last}", target.shown))
 }
 
 #[cfg(test)]
@@ -173,19 +200,22 @@ mod tests {
                 "recovery",
                 2
             )
+            .unwrap()
             .url,
             "http://pgw:9091/metrics/job/package_executor/instance/pe.prod/kind/recovery/shard/2"
         );
         // A value that cannot stand in a segment, and an empty one, in the base64 form.
         assert_eq!(
-            Target::new("http://pgw:9091", "a/b c", "", "sweep", 0).url,
+            Target::new("http://pgw:9091", "a/b c", "", "sweep", 0)
+                .unwrap()
+                .url,
             "http://pgw:9091/metrics/job@base64/YS9iIGM=/instance@base64/=/kind/sweep/shard/0"
         );
     }
 
     #[test]
     fn a_user_part_becomes_basic_authentication_and_is_never_printed() {
-        let t = Target::new("https://me:s3cr%40t@pgw:9091/", "j", "i", "recovery", 0);
+        let t = Target::new("https://me:s3cr%40t@pgw:9091/", "j", "i", "recovery", 0).unwrap();
         assert_eq!(
             t.url,
             "https://pgw:9091/metrics/job/j/instance/i/kind/recovery/shard/0"
@@ -196,7 +226,39 @@ mod tests {
             Some(Credentials("Basic bWU6czNjckB0".into()))
         );
         assert!(!format!("{t:?}").contains("bWU6"), "{t:?}");
-        let plain = Target::new("http://pgw:9091", "j", "i", "sweep", 1);
+        let plain = Target::new("http://pgw:9091", "j", "i", "sweep", 1).unwrap();
         assert_eq!(plain.authorization, None);
+    }
+
+    /// The push path goes after the base URL's path and before its query, and no message names
+    /// the query (a proxy's token may stand there) or a URL that did not parse.
+    #[test]
+    fn a_query_stays_after_the_path_and_is_never_shown() {
+        let t = Target::new(
+            "http://pgw:9091/gw/?password=hunter22&x=1#frag",
+            "j",
+            "i",
+            "recovery",
+            0,
+        )
+        .unwrap();
+        assert_eq!(
+            t.url,
+            "http://pgw:9091/gw/metrics/job/j/instance/i/kind/recovery/shard/0?password=hunter22&x=1"
+        );
+        assert_eq!(
+            t.shown,
+            "http://pgw:9091/gw/metrics/job/j/instance/i/kind/recovery/shard/0"
+        );
+        for bad in [
+            "user:hunter22@pgw:9091",
+            "pgw:hunter22",
+            "hunter22",
+            "ftp://u:hunter22@pgw",
+            "//u:hunter22@pgw:9091",
+        ] {
+            let e = Target::new(bad, "j", "i", "recovery", 0).unwrap_err();
+            assert!(!e.to_string().contains("hunter22"), "{bad}: {e}");
+        }
     }
 }

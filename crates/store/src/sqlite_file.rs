@@ -34,6 +34,21 @@ pub(crate) fn path_in(url: &str) -> (&str, &str) {
     rest.split_once('?').unwrap_or((rest, ""))
 }
 
+/// The file a SQLite URL names, as SQLite will open it (`None` for another dialect's URL, one
+/// that does not parse, or an in-memory database). The shell keeps its output files off it.
+pub fn file_of(url: &str) -> Option<std::path::PathBuf> {
+    use std::str::FromStr as _;
+    if crate::Dialect::of_url(url) != Some(crate::Dialect::Sqlite) || is_in_memory(url) {
+        return None;
+    }
+    let opts = SqliteConnectOptions::from_str(url).ok()?;
+    Some(opts.get_filename().to_path_buf())
+}
+
+/// The files SQLite keeps beside a database file: its write-ahead log, the log's shared-memory
+/// index and the rollback journal. Each holds part of the database.
+pub const COMPANION_SUFFIXES: [&str; 3] = ["-wal", "-shm", "-journal"];
+
 /// Whether a SQLite URL names an in-memory database (`sqlite::memory:`, `sqlite://`,
 /// `?mode=memory`), which has no file and lasts only as long as its connections.
 fn is_in_memory(url: &str) -> bool {
