@@ -7,6 +7,8 @@ use crate::cli::Cli;
 use crate::exit::Exit;
 use crate::limits;
 use crate::model::Digest;
+use crate::model::GenerationStatus;
+use crate::quote::{quote, shown};
 use crate::standing::{Standing, pending_lines};
 use crate::store::{Current, ProjectFacts};
 
@@ -19,12 +21,13 @@ pub(super) async fn current(
     json: bool,
     known: Option<&Digest>,
 ) -> anyhow::Result<Exit> {
+    let name = shown(project);
     let store = connect_migrated(cli, 1).await?;
-    let c = match store.revalidate(project, known).await? {
+    let c = match store.current_door(project, known).await? {
         None => {
             errln!(
-                "no current snapshot for project {project}; `package-executor explain {project}` \
-                 says why, `package-executor publish {project}` builds one"
+                "no current snapshot for project {name}; `package-executor explain {name}` \
+                 says why, `package-executor publish {name}` builds one"
             );
             return Ok(Exit::NoCurrent);
         }
@@ -37,10 +40,10 @@ pub(super) async fn current(
                 );
             } else {
                 outln!(
-                    "project {project}: snapshot {} is still current (committed {}); the copy \
+                    "project {name}: snapshot {} is still current (committed {}); the copy \
                      you hold is good",
                     head.snapshot_digest,
-                    head.committed_at
+                    shown(&head.committed_at)
                 );
             }
             return Ok(Exit::Ok);
@@ -63,9 +66,9 @@ pub(super) async fn current(
             Ok(raw) if raw.get().starts_with('{') => line.push_str(raw.get()),
             _ => {
                 errln!(
-                    "error: the stored snapshot {} of project {project} is not one JSON object; \
+                    "error: the stored snapshot {} of project {name} is not one JSON object; \
                      it was written around the executor: run `package-executor verify --project \
-                     {project}` and repair the database",
+                     {name}` and repair the database",
                     c.snapshot_digest
                 );
                 return Ok(Exit::Integrity);
@@ -77,10 +80,10 @@ pub(super) async fn current(
     }
     let doc: Value = serde_json::from_slice(&c.canonical_json)?;
     if let Some(k) = known {
-        outln!("project {project}: snapshot {k} is no longer current; the current one follows");
+        outln!("project {name}: snapshot {k} is no longer current; the current one follows");
     }
-    outln!("project {project}: current snapshot {}", c.snapshot_digest);
-    outln!("  committed      {}", c.committed_at);
+    outln!("project {name}: current snapshot {}", c.snapshot_digest);
+    outln!("  committed      {}", shown(&c.committed_at));
     outln!("  active vector  {}", c.active_vector_digest);
     outln!("  definitions    {}", c.definition_digest);
     let packages = doc["activeVector"]
@@ -90,9 +93,9 @@ pub(super) async fn current(
     for p in packages {
         outln!(
             "    {} generation {} ({})",
-            p["packageName"].as_str().unwrap_or(""),
+            shown(p["packageName"].as_str().unwrap_or("")),
             p["generation"],
-            p["installationId"].as_str().unwrap_or("")
+            shown(p["installationId"].as_str().unwrap_or(""))
         );
     }
     let defs = doc["definitions"].as_array().map_or(&[][..], Vec::as_slice);
@@ -100,9 +103,9 @@ pub(super) async fn current(
     for d in defs {
         outln!(
             "    {:<40} {} {}",
-            d["alias"].as_str().unwrap_or(""),
-            d["canonicalIdentity"].as_str().unwrap_or(""),
-            d["version"].as_str().unwrap_or("")
+            shown(d["alias"].as_str().unwrap_or("")).to_string(),
+            shown(d["canonicalIdentity"].as_str().unwrap_or("")),
+            shown(d["version"].as_str().unwrap_or(""))
         );
     }
     Ok(Exit::Ok)
@@ -110,9 +113,10 @@ pub(super) async fn current(
 
 /// `explain PROJECT`.
 pub(super) async fn explain(cli: &Cli, project: &str) -> anyhow::Result<Exit> {
+    let name = shown(project);
     let store = connect_migrated(cli, 1).await?;
     let Some(facts) = store.explain(project).await? else {
-        outln!("project {project} does not exist; import it or check the id");
+        outln!("project {name} does not exist; import it or check the id");
         return Ok(Exit::Ok);
     };
     let ProjectFacts {
@@ -124,7 +128,7 @@ pub(super) async fn explain(cli: &Cli, project: &str) -> anyhow::Result<Exit> {
         rejection,
         mark,
     } = facts;
-    outln!("project {project}");
+    outln!("project {name}");
     // The observation reads at most one head past the limit, so past it the count is a floor.
     let count = match live.len() {
         1 => "1 active package".to_owned(),
@@ -138,9 +142,13 @@ pub(super) async fn explain(cli: &Cli, project: &str) -> anyhow::Result<Exit> {
     };
     outln!("  live vector    {vector} ({count})");
     // Read from the live tables, never from a recorded rejection: whether a revision is
-    // stored is a condition that changes, not a verdict on the vector.
+    // stored, or a generation active, is a condition that changes, not a verdict on the vector.
     let mut missing = None;
+    let mut inactive = None;
     for o in &live {
+        if o.status != Some(GenerationStatus::Active) {
+            inactive.get_or_insert(o);
+        }
         let revision = if o.status.is_none() || stored.contains_key(&o.head.revision_digest) {
             ""
         } else {
@@ -149,8 +157,8 @@ pub(super) async fn explain(cli: &Cli, project: &str) -> anyhow::Result<Exit> {
         };
         outln!(
             "    {} installation {} generation {} ({}{revision})",
-            o.head.package_name,
-            o.head.installation_id,
+            shown(&o.head.package_name),
+            shown(&o.head.installation_id),
             o.head.generation,
             o.status.map_or("generation row missing", |s| s.as_str())
         );
@@ -159,7 +167,7 @@ pub(super) async fn explain(cli: &Cli, project: &str) -> anyhow::Result<Exit> {
         Some(c) => outln!(
             "  current        yes: snapshot {} committed {}",
             c.snapshot_digest,
-            c.committed_at
+            shown(&c.committed_at)
         ),
         None => outln!("  current        no"),
     }
@@ -171,7 +179,7 @@ pub(super) async fn explain(cli: &Cli, project: &str) -> anyhow::Result<Exit> {
         Some(n) => outln!(
             "  newest         snapshot {} committed {} for vector {}{}",
             n.snapshot_digest,
-            n.committed_at,
+            shown(&n.committed_at),
             n.active_vector_digest,
             if n.active_vector_digest == vector.as_str() {
                 ""
@@ -182,18 +190,38 @@ pub(super) async fn explain(cli: &Cli, project: &str) -> anyhow::Result<Exit> {
         None => outln!("  newest         no snapshot was ever published"),
     }
     if let Some(r) = &rejection {
-        outln!("  rejected       {}: {}", r.reason, r.detail);
-    }
-    let standing = Standing::of(current.is_some(), rejection.is_some(), missing.is_some());
-    if let (Standing::AwaitingRevision, Some(o)) = (standing, missing) {
         outln!(
+            "  rejected       {}: {}",
+            r.reason,
+            crate::quote::bound_detail(r.detail.escape_debug().to_string())
+        );
+    }
+    let standing = Standing::of(
+        current.is_some(),
+        rejection.is_some(),
+        inactive.is_some(),
+        missing.is_some(),
+    );
+    match (standing, inactive, missing) {
+        (Standing::AwaitingActivation, Some(o), _) => outln!(
+            "  waiting        package {} generation {} is {}, not active; a run reports \
+             generation-drift until it is (`package-executor sources activate --installation {} \
+             --generation {}`)",
+            shown(&o.head.package_name),
+            o.head.generation,
+            o.status.map_or("without a generation row", |s| s.as_str()),
+            shown(&o.head.installation_id),
+            o.head.generation
+        ),
+        (Standing::AwaitingRevision, _, Some(o)) => outln!(
             "  waiting        package {} generation {} points at revision {}, which is not \
              stored yet; a run reports revision-missing until it is, and builds the project \
              once it is",
-            o.head.package_name,
+            shown(&o.head.package_name),
             o.head.generation,
-            o.head.revision_digest
-        );
+            shown(&o.head.revision_digest)
+        ),
+        _ => {}
     }
     let (pending, next) = pending_lines(project, mark, standing);
     outln!("  pending index  {pending}");
@@ -223,6 +251,17 @@ struct VerifyReport {
 /// `verify [--project P] [--json]`.
 pub(super) async fn verify(cli: &Cli, project: Option<&str>, json: bool) -> anyhow::Result<Exit> {
     let store = connect_migrated(cli, 1).await?;
+    // A mistyped id is not "0 snapshots, all well": it checked nothing the operator meant.
+    if let Some(p) = project
+        && !store.project_exists(p).await?
+    {
+        errln!(
+            "error: project {} does not exist; check the id (`package-executor verify` without \
+             --project checks every snapshot)",
+            quote(p)
+        );
+        return Ok(Exit::Error);
+    }
     let (mut checked, mut bad) = (0u64, 0u64);
     let mut found = Vec::new();
     // Checking a million snapshots takes minutes: show it moving, towards the count when it

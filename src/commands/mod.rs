@@ -140,11 +140,18 @@ pub async fn execute(cli: Cli) -> anyhow::Result<Exit> {
                     generation,
                 } => {
                     sources::activate(&store, installation, *generation).await?;
-                    outln!("activated generation {generation} of {installation}");
+                    outln!(
+                        "activated generation {generation} of {}",
+                        crate::quote::shown(installation)
+                    );
                 }
                 SourcesCommand::Remove { project, package } => {
                     sources::remove(&store, project, package).await?;
-                    outln!("removed {package} from {project}");
+                    outln!(
+                        "removed {} from {}",
+                        crate::quote::shown(package),
+                        crate::quote::shown(project)
+                    );
                 }
             }
             Ok(Exit::Ok)

@@ -164,6 +164,35 @@ fn run_pool_size(cli: &Cli, concurrency: usize) -> u32 {
     crate::coordinator::pool_size(dialect, concurrency)
 }
 
+/// `settings` with no more workers than the server has connections free for (PostgreSQL;
+/// `coordinator::slots`), saying so when it caps them.
+async fn within_the_servers_slots(
+    store: &crate::store::Store,
+    mut settings: RunSettings,
+) -> RunSettings {
+    match store.connection_slots().await {
+        Ok(Some(slots)) => {
+            let capped = crate::coordinator::slots::cap(settings.concurrency, &slots);
+            if let Some(why) = capped.why {
+                tracing::warn!(
+                    requested = settings.concurrency,
+                    workers = capped.workers,
+                    max_connections = slots.max_connections,
+                    in_use = slots.in_use,
+                    "{why}"
+                );
+            }
+            settings.concurrency = capped.workers;
+        }
+        Ok(None) => {}
+        Err(e) => tracing::warn!(
+            error = %e,
+            "cannot read the server's connection slots; running --concurrency workers as asked"
+        ),
+    }
+    settings
+}
+
 /// `run`.
 pub(super) async fn run(cli: &Cli, args: &RunArgs) -> anyhow::Result<Exit> {
     let (index, count) = match resolve_shard(args.shard_index, args.shard_count) {
@@ -201,9 +230,11 @@ pub(super) async fn run(cli: &Cli, args: &RunArgs) -> anyhow::Result<Exit> {
     let stop = Stop::default();
     stop.arm(settings.deadline, cli.shutdown_grace);
     let delivering = stop.clone();
+    // Only a signal cuts the connection short: a deadline that passes meanwhile (even
+    // `--deadline 0`) lets the run connect, take no work, and say whether anything is pending.
     let connected = tokio::select! {
         connected = connect_migrated(cli, pool) => Some(connected),
-        () = stop.wait() => None,
+        () = stop.signalled() => None,
     };
     let summary = match connected {
         None => {
@@ -216,6 +247,7 @@ pub(super) async fn run(cli: &Cli, args: &RunArgs) -> anyhow::Result<Exit> {
             s
         }
         Some(Ok(store)) => {
+            let settings = within_the_servers_slots(&store, settings).await;
             let report = run_coordinator(cli, settings, store, stop).await;
             report.summary
         }
@@ -332,9 +364,10 @@ pub(super) async fn publish(
         );
     } else {
         match outcome.snapshot_digest() {
-            Some(d) => outln!("{project}: {} {d}", outcome.name()),
+            Some(d) => outln!("{}: {} {d}", crate::quote::shown(project), outcome.name()),
             None => outln!(
-                "{project}: {} {}: {}",
+                "{}: {} {}: {}",
+                crate::quote::shown(project),
                 outcome.name(),
                 outcome.reason().unwrap_or(""),
                 outcome.detail().unwrap_or("")
@@ -343,7 +376,10 @@ pub(super) async fn publish(
     }
     // As a run decides it: the database stopped answering (or a newer release migrated it)
     // while the attempts went on, which no retry of this command heals.
-    let code = if coordinator.database_down() {
+    let code = if coordinator.halted().is_some() {
+        // No retry heals it: the grants or the database file must change.
+        Exit::Error
+    } else if coordinator.database_down() {
         Exit::Database
     } else {
         outcome.publish_exit()

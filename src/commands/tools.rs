@@ -14,6 +14,8 @@ use crate::model::Digest;
 
 /// `canonicalize [FILE] [--digest]`.
 pub(super) fn canonicalize(file: Option<&Path>, digest: bool) -> anyhow::Result<Exit> {
+    // `-` is standard input, as in `sources import -`.
+    let file = file.filter(|p| *p != Path::new("-"));
     let input = match file {
         Some(path) => match std::fs::read(path) {
             Ok(b) => b,

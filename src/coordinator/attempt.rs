@@ -23,6 +23,9 @@ pub enum Step {
     Done(Outcome),
     /// Try again later.
     Retry(Unresolved, String),
+    /// A cause no retry heals and no other project escapes (a login without its grants, a
+    /// damaged database file): the run stops and exits 1.
+    Halt(String),
 }
 
 /// Runs one attempt on a worker's session, in one transaction (see [`Session::transaction`]);
@@ -34,7 +37,13 @@ pub async fn attempt(session: &mut Session, budget: &MemoryBudget, project_id: &
     session
         .transaction(async |a| attempt_in(a, budget, project_id, limit).await)
         .await
-        .unwrap_or_else(|e| Step::Retry(Unresolved::Database, e.to_string()))
+        .unwrap_or_else(|e| {
+            if e.is_fatal() {
+                Step::Halt(e.to_string())
+            } else {
+                Step::Retry(Unresolved::Database, e.to_string())
+            }
+        })
 }
 
 fn heads(observed: &[ObservedHead]) -> Vec<ActiveHead> {

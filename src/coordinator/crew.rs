@@ -29,6 +29,8 @@ pub(super) struct Crew {
     budget: MemoryBudget,
     pub(super) stop: Stop,
     database_down: Arc<AtomicBool>,
+    /// Why the run stopped on a cause no retry heals, if it did (the first one).
+    halted: Arc<std::sync::OnceLock<String>>,
 }
 
 impl Crew {
@@ -41,6 +43,7 @@ impl Crew {
             budget,
             stop,
             database_down: Arc::new(AtomicBool::new(false)),
+            halted: Arc::default(),
         }
     }
 
@@ -82,6 +85,13 @@ impl Crew {
         loop {
             match attempt(session, &self.budget, project_id).await {
                 Step::Done(o) => return o,
+                Step::Halt(detail) => {
+                    self.halt(&detail);
+                    return Outcome::Unresolved {
+                        reason: Unresolved::Database,
+                        detail: crate::quote::bound_detail(detail),
+                    };
+                }
                 Step::Retry(reason, detail) => {
                     if reason == Unresolved::Database && self.schema_moved_past_this_build().await {
                         return Outcome::Unresolved {
@@ -176,6 +186,19 @@ impl Crew {
             }
             _ => false,
         }
+    }
+
+    /// Stops the run on a cause no retry heals (see [`Step::Halt`]); the first cause is kept.
+    pub(super) fn halt(&self, why: &str) {
+        if self.halted.set(why.to_owned()).is_ok() {
+            tracing::error!(error = %why, "stopping the run: no retry heals this");
+        }
+        self.stop.trigger();
+    }
+
+    /// Why the run was halted, if it was.
+    pub(super) fn halted(&self) -> Option<&str> {
+        self.halted.get().map(String::as_str)
     }
 
     /// Whether any worker found the database down.

@@ -6,6 +6,7 @@ mod budget;
 mod crew;
 mod lanes;
 mod memory;
+pub mod slots;
 mod stop;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -187,11 +188,18 @@ impl<'a> Coordinator<'a> {
         self.crew.database_down()
     }
 
+    /// Why the work stopped on a cause no retry heals (a login without its grants, a damaged
+    /// database file), if it did: the command then exits 1.
+    pub fn halted(&self) -> Option<&str> {
+        self.crew.halted()
+    }
+
     /// `publish PROJECT`: one project now. An unknown project is an input error.
     pub async fn publish(&self, project_id: &str) -> Result<Outcome, StoreError> {
         if !self.crew.store.project_exists(project_id).await? {
             return Err(StoreError::Input(format!(
-                "project {project_id} does not exist; check the id or import it first"
+                "project {} does not exist; check the id or import it first",
+                crate::quote::shown(project_id)
             )));
         }
         let mut session = self.crew.store.session();
@@ -406,6 +414,16 @@ impl<'a> Coordinator<'a> {
         }
     }
 
+    /// Whether the shard still holds a project this run's kind of pass would take (one row of
+    /// the first page); `true` when that cannot be read, since pending is the safe answer.
+    async fn anything_pending(&self) -> bool {
+        let scope = self.crew.settings.scope();
+        match self.crew.store.page_through("", None, 1, scope).await {
+            Ok(page) => !page.is_empty(),
+            Err(_) => true,
+        }
+    }
+
     /// `run`: every pending project of the shard, then the final probes.
     pub async fn run(&self) -> RunReport {
         let started = Instant::now();
@@ -417,6 +435,10 @@ impl<'a> Coordinator<'a> {
             .await
         {
             Ok((done, _)) => done,
+            Err(e) if e.is_fatal() => {
+                self.crew.halt(&e.to_string());
+                false
+            }
             Err(e) => {
                 tracing::error!(error = %e, "cannot read pending projects");
                 database_down = true;
@@ -440,6 +462,10 @@ impl<'a> Coordinator<'a> {
                         break;
                     }
                 }
+                Err(e) if e.is_fatal() => {
+                    self.crew.halt(&e.to_string());
+                    finished = false;
+                }
                 Err(e) => {
                     tracing::error!(error = %e, "cannot read pending projects");
                     database_down = true;
@@ -448,17 +474,23 @@ impl<'a> Coordinator<'a> {
             }
         }
         database_down |= self.database_down();
+        let halted = self.halted().is_some();
         // An abandoned run asks the database nothing more: it may be what stopped answering.
-        if !database_down && !self.crew.stop.is_abandoned() {
+        if !database_down && !halted && !self.crew.stop.is_abandoned() {
             self.settle_claims(&mut outcomes).await;
         }
         summary.projects_scanned = outcomes.len() as u64;
         for o in outcomes.values() {
             summary.count(o);
         }
-        let left_pending = !finished && !database_down;
+        let mut left_pending = !finished && !database_down;
+        // Stopped early (a signal, the deadline): pending only if something of the shard is.
+        if left_pending && !halted && !self.crew.stop.is_abandoned() {
+            left_pending = self.anything_pending().await;
+        }
         summary.elapsed_ms = started.elapsed().as_millis() as u64;
         summary.decide_exit(
+            halted,
             database_down,
             left_pending,
             self.crew.settings.fail_on_rejected,

@@ -20,6 +20,8 @@ use crate::exit::Exit;
 #[derive(Debug, Clone, Default)]
 pub struct Stop {
     token: CancellationToken,
+    /// Set with `token` when the stop came from SIGTERM or SIGINT (not the deadline).
+    signal: CancellationToken,
     abandon: CancellationToken,
     /// The exit code, once the work is over and the code decided: a signal after that ends
     /// the delivery of the results (the summary file, the metrics), not work, and the process
@@ -45,6 +47,11 @@ impl Stop {
     /// Waits until stop is requested.
     pub async fn wait(&self) {
         self.token.cancelled().await;
+    }
+
+    /// Waits until a signal (not the deadline) stopped the run.
+    pub async fn signalled(&self) {
+        self.signal.cancelled().await;
     }
 
     /// Stops, and gives up the work in flight.
@@ -149,6 +156,7 @@ fn watch_signals(
         .spawn(move || {
             let name = |s: i32| if s == SIGINT { "SIGINT" } else { "SIGTERM" };
             let Ok(first) = rx.recv() else { return };
+            stop.signal.cancel();
             stop.trigger();
             let _ = told.send(name(first));
             let pending = Exit::Unresolved.code();

@@ -133,10 +133,29 @@ pub fn parse_fixture(bytes: &[u8]) -> Result<Fixture, FixtureError> {
 /// the end. Callers that write as they read must therefore treat the whole read as one unit
 /// (the importer writes in one transaction).
 pub fn read_fixture<R: Read, E: From<FixtureError> + fmt::Display>(
-    reader: R,
+    mut reader: R,
     mut each: impl FnMut(FixtureProject) -> Result<(), E>,
 ) -> Result<usize, E> {
-    let mut de = serde_json::Deserializer::from_reader(reader);
+    // A byte-order mark is no JSON (RFC 8259, section 8.1), and the parser's own words for it
+    // ("expected value at line 1 column 1") do not say what to fix.
+    let mut head = [0u8; 3];
+    let mut got = 0;
+    while got < head.len() {
+        match reader.read(&mut head[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(input(format!("cannot read the fixture: {e}")).into()),
+        }
+    }
+    if head[..got] == [0xEF, 0xBB, 0xBF] {
+        return Err(input(
+            "the fixture starts with a UTF-8 byte-order mark (EF BB BF), which JSON does not \
+             allow; save the file as UTF-8 without a BOM",
+        )
+        .into());
+    }
+    let mut de = serde_json::Deserializer::from_reader((&head[..got]).chain(reader));
     let mut state = ReadState {
         each: &mut each,
         failed: None,
@@ -293,13 +312,57 @@ fn typed_project(raw: &str, index: usize) -> Result<FixtureProject, FixtureError
     let id = value
         .get("projectId")
         .and_then(Value::as_str)
-        .map(|id| format!(" ({id})"))
+        .map(|id| format!(" ({})", crate::quote::quote(id)))
         .unwrap_or_default();
+    if let Some(at) = nul_at(&value, &mut String::new()) {
+        return Err(input(format!(
+            "projects[{index}]{id}: {at} holds a NUL byte (U+0000), which no id, name, digest, \
+             status or permission may hold; remove it from the fixture"
+        )));
+    }
     serde_json::from_value(value).map_err(|e| {
         input(format!(
             "the fixture does not have the {FIXTURE_SCHEMA} shape: projects[{index}]{id}: {e}"
         ))
     })
+}
+
+/// Where in a project's value a member name or string holds U+0000, as a path
+/// (`packages[0].generations[1].lockDigest`); the revision's own content is left to the
+/// revision's checks, which judge it as the executor reads it. SQLite's format checks read text
+/// only up to a NUL, so an id with one would pass them and name no project a command can reach.
+fn nul_at(value: &Value, path: &mut String) -> Option<String> {
+    match value {
+        Value::String(s) => s.contains('\0').then(|| path.clone()),
+        Value::Array(items) => items.iter().enumerate().find_map(|(i, v)| {
+            let len = path.len();
+            path.push_str(&format!("[{i}]"));
+            let found = nul_at(v, path);
+            path.truncate(len);
+            found
+        }),
+        Value::Object(members) => members.iter().find_map(|(k, v)| {
+            let len = path.len();
+            if !path.is_empty() {
+                path.push('.');
+            }
+            if !k.is_empty() && k.len() <= 64 && k.bytes().all(|b| b.is_ascii_alphanumeric()) {
+                path.push_str(k);
+            } else {
+                path.push_str(&crate::quote::quote(k).to_string());
+            }
+            let found = if k.contains('\0') {
+                Some(path.clone())
+            } else if matches!(k.as_str(), "revision" | "revisionText") {
+                None
+            } else {
+                nul_at(v, path)
+            };
+            path.truncate(len);
+            found
+        }),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -314,6 +377,38 @@ mod tests {
         })
         .map(|_| ids)
         .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_byte_order_mark_is_named_as_such() {
+        let e = read("\u{feff}{\"schema\":\"package-executor/fixture@v1\",\"projects\":[]}")
+            .unwrap_err();
+        assert!(e.contains("byte-order mark"), "{e}");
+        // Short and empty inputs still get the parser's words.
+        assert!(read("").unwrap_err().contains("not valid JSON"));
+        assert!(!read("[]").unwrap_err().contains("byte-order mark"));
+    }
+
+    #[test]
+    fn a_nul_byte_anywhere_but_the_revision_is_refused_with_where() {
+        let project = |p: &str| format!(r#"{{"schema":"{FIXTURE_SCHEMA}","projects":[{p}]}}"#);
+        for (text, at) in [
+            (r#"{"projectId":"demo\u0000x"}"#, "projectId"),
+            (
+                r#"{"projectId":"p","packages":[{"packageName":"a","installationId":"i","generations":[{"generation":1,"status":"active","lockDigest":"sha256:\u0000"}]}]}"#,
+                "packages[0].generations[0].lockDigest",
+            ),
+            (
+                r#"{"projectId":"p","packages":[{"packageName":"a","installationId":"i","generations":[{"generation":1,"status":"active","approvedPermissions":["x","\u0000"]}]}]}"#,
+                "packages[0].generations[0].approvedPermissions[1]",
+            ),
+        ] {
+            let e = read(&project(text)).unwrap_err();
+            assert!(e.contains(&format!("{at} holds a NUL byte")), "{e}");
+        }
+        // The revision is the executor's to judge: a NUL in its strings is JSON like any other.
+        let fine = r#"{"projectId":"p","packages":[{"packageName":"a","installationId":"i","generations":[{"generation":1,"status":"active","revision":{"x":"\u0000"}}]}]}"#;
+        assert_eq!(read(&project(fine)).unwrap(), ["p"]);
     }
 
     #[test]
@@ -345,7 +440,7 @@ mod tests {
             ),
             (
                 r#"{"schema":"package-executor/fixture@v1","projects":[{"projectId":"a"},{"projectId":"b","x":1}]}"#,
-                "projects[1] (b)",
+                "projects[1] (\"b\")",
             ),
             (
                 r#"{"schema":"package-executor/fixture@v1","projects":[]} trailing"#,

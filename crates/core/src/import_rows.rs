@@ -9,6 +9,7 @@ use std::collections::hash_map::Entry;
 use crate::canonical;
 use crate::fixture::{FixtureError, FixtureProject, generation_digest, input};
 use crate::model::{Digest, GenerationStatus};
+use crate::quote::{quote, shown};
 
 /// One project's rows, with digests computed and the fixture's own rules checked.
 #[derive(Debug)]
@@ -101,7 +102,11 @@ pub fn rows_of(p: FixtureProject) -> Result<ProjectRows, FixtureError> {
     };
     let empty = Digest::of(b"");
     for pkg in p.packages {
-        let at = format!("project {} package {}", out.project_id, pkg.package_name);
+        let at = format!(
+            "project {} package {}",
+            shown(&out.project_id),
+            shown(&pkg.package_name)
+        );
         let mut active = None;
         for g in pkg.generations {
             let at = format!("{at} generation {}", g.generation);
@@ -148,8 +153,8 @@ pub fn rows_of(p: FixtureProject) -> Result<ProjectRows, FixtureError> {
             let Some(status) = GenerationStatus::parse(&g.status) else {
                 let known: Vec<&str> = GenerationStatus::ALL.iter().map(|s| s.as_str()).collect();
                 return Err(input(format!(
-                    "{at}: status {:?} is not a generation status; use one of {}",
-                    g.status,
+                    "{at}: status {} is not a generation status; use one of {}",
+                    quote(&g.status),
                     known.join(", ")
                 )));
             };
@@ -227,9 +232,12 @@ pub fn installation_conflict(
         return Ok(());
     }
     Err(input(format!(
-        "{}: installation {} already exists for project {project} package {package}; \
-         installation ids are immutable, pick another id",
-        row.at, row.installation_id
+        "{}: installation {} already exists for project {} package {}; installation ids are \
+         immutable, pick another id",
+        row.at,
+        shown(&row.installation_id),
+        shown(project),
+        shown(package)
     )))
 }
 
@@ -249,7 +257,8 @@ pub fn revision_conflict(row: &RevisionRow, stored_content: &str) -> Result<(), 
     }
     Err(input(format!(
         "{}: revision {} is already stored with other bytes; revisions are immutable",
-        row.at, row.key
+        row.at,
+        shown(&row.key)
     )))
 }
 

@@ -35,6 +35,37 @@ impl fmt::Display for Quoted<'_> {
     }
 }
 
+/// An id or name from input as a person reads it: as it is when it is plain (at most
+/// [`QUOTE_BYTES`], no control, format or whitespace character, no quote or backslash), else
+/// [`quote`]d, so a terminal escape, a line break or a 100 KB id never reaches a line raw and
+/// whole, while `demo-1` still reads `demo-1`.
+pub fn shown(text: &str) -> Shown<'_> {
+    Shown(text)
+}
+
+/// The value [`shown`] returns.
+#[derive(Debug, Clone, Copy)]
+pub struct Shown<'a>(&'a str);
+
+/// Whether `c` may stand in a line unquoted.
+fn plain(c: char) -> bool {
+    !c.is_control()
+        && !c.is_whitespace()
+        && !matches!(c, '"' | '\\' | '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}'
+            | '\u{2060}'..='\u{206f}' | '\u{feff}' | '\u{fff9}'..='\u{fffb}')
+}
+
+impl fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let text = self.0;
+        if !text.is_empty() && text.len() <= QUOTE_BYTES && text.chars().all(plain) {
+            f.write_str(text)
+        } else {
+            quote(text).fmt(f)
+        }
+    }
+}
+
 /// Raw input bytes (a JSON text that may not be UTF-8 at a cut) quoted like [`quote`].
 pub fn quote_bytes(bytes: &[u8], total: u64) -> String {
     let shown = &bytes[..bytes.len().min(QUOTE_BYTES)];
@@ -70,6 +101,22 @@ pub fn floor_char_boundary(text: &str, at: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn plain_ids_stand_as_they_are_and_anything_else_is_quoted() {
+        assert_eq!(shown("demo-1").to_string(), "demo-1");
+        assert_eq!(shown("@acme/tools").to_string(), "@acme/tools");
+        assert_eq!(shown("").to_string(), "\"\"");
+        assert_eq!(shown("a b").to_string(), "\"a b\"");
+        assert_eq!(shown("x\u{1b}[2J\r\n").to_string(), "\"x\\u{1b}[2J\\r\\n\"");
+        assert_eq!(shown("a\u{202e}b").to_string(), "\"a\\u{202e}b\"");
+        let long = "x".repeat(100_000);
+        let s = shown(&long).to_string();
+        assert!(
+            s.len() < QUOTE_BYTES + 40 && s.ends_with("(100000 bytes)"),
+            "{s}"
+        );
+    }
 
     #[test]
     fn long_input_is_cut_with_its_length() {

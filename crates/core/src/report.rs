@@ -365,13 +365,22 @@ impl RunSummary {
         }
     }
 
-    /// The exit code by the contract's precedence (5, 8, 3, 6), given whether the database became
-    /// unavailable and whether work was left undone (deadline, SIGTERM).
-    pub fn decide_exit(&mut self, database_down: bool, left_pending: bool, fail_on_rejected: bool) {
+    /// The exit code by the contract's precedence (5, 1, 8, 3, 6), given whether the run halted on
+    /// a cause no retry heals (a login without its grants, a damaged database file), whether the
+    /// database became unavailable and whether work was left undone (deadline, SIGTERM).
+    pub fn decide_exit(
+        &mut self,
+        halted: bool,
+        database_down: bool,
+        left_pending: bool,
+        fail_on_rejected: bool,
+    ) {
         let total_rejected = self.rejected.total();
         let total_unresolved = self.unresolved.total();
         self.exit_code = if !self.integrity.is_empty() {
             Exit::Integrity
+        } else if halted {
+            Exit::Error
         } else if database_down {
             Exit::Database
         } else if total_unresolved > 0 || left_pending {

@@ -9,6 +9,10 @@ pub enum Standing {
     Current,
     /// A rejection recorded for the live vector stands.
     Rejected,
+    /// A head points at a generation that is not `active` (or has no row): a build can only
+    /// end in `generation-drift` until the generation's activation commits, which marks the
+    /// project.
+    AwaitingActivation,
     /// A head's revision is not stored yet: nothing is recorded, and its arrival marks the
     /// project.
     AwaitingRevision,
@@ -25,7 +29,12 @@ pub fn pending_lines(
     mark: Option<i64>,
     standing: Standing,
 ) -> (String, Option<String>) {
+    let project = crate::quote::shown(project);
     let pending = match (mark, standing) {
+        (Some(v), Standing::AwaitingActivation) => format!(
+            "marked (version {v}): the next `run` looks at it, and reports generation-drift \
+             while a head's generation is not active"
+        ),
         (Some(v), Standing::AwaitingRevision) => format!(
             "marked (version {v}): the next `run` looks at it, and reports revision-missing \
              while the revision is not stored"
@@ -40,6 +49,9 @@ pub fn pending_lines(
         (None, Standing::Rejected) => {
             "not marked: the rejection stands until its packages change".to_owned()
         }
+        (None, Standing::AwaitingActivation) => "not marked: the generation's activation marks \
+             it, and the next `run` then builds it"
+            .to_owned(),
         (None, Standing::AwaitingRevision) => "not marked: storing the revision marks it, and \
              the next `run` then builds it"
             .to_owned(),
@@ -49,6 +61,12 @@ pub fn pending_lines(
     };
     let next = match (standing, mark) {
         (Standing::Current | Standing::Rejected, _) => None,
+        (Standing::AwaitingActivation, _) => Some(
+            "finish the generation's activation (the control plane's job, or `package-executor \
+             sources activate`), or point the head at an active generation; a publish now can \
+             only report generation-drift"
+                .to_owned(),
+        ),
         (Standing::AwaitingRevision, _) => Some(
             "materialize the missing revision (the control plane's job); or activate another \
              generation of the package"
@@ -66,12 +84,21 @@ pub fn pending_lines(
 
 impl Standing {
     /// What the live tables say, first match wins: a snapshot proven current, a rejection
-    /// recorded for the live vector, a head whose revision is not stored yet, else buildable.
-    pub fn of(current: bool, rejected: bool, awaiting_revision: bool) -> Self {
+    /// recorded for the live vector, a head whose generation is not active (the observation
+    /// stops there, before any revision is read), a head whose revision is not stored yet, else
+    /// buildable.
+    pub fn of(
+        current: bool,
+        rejected: bool,
+        awaiting_activation: bool,
+        awaiting_revision: bool,
+    ) -> Self {
         if current {
             Self::Current
         } else if rejected {
             Self::Rejected
+        } else if awaiting_activation {
+            Self::AwaitingActivation
         } else if awaiting_revision {
             Self::AwaitingRevision
         } else {
@@ -113,6 +140,26 @@ mod tests {
         let (line, next) = pending_lines("p", Some(9), Standing::Rejected);
         assert!(line.starts_with("marked"), "{line}");
         assert_eq!(next, None);
+    }
+
+    /// A head on a `queued` generation can only drift: `explain` must not send a person to
+    /// `publish` for it.
+    #[test]
+    fn explain_says_a_generation_not_active_is_waited_for_not_published() {
+        assert_eq!(
+            Standing::of(false, false, true, true),
+            Standing::AwaitingActivation
+        );
+        for mark in [Some(3), None] {
+            let (line, next) = pending_lines("p", mark, Standing::AwaitingActivation);
+            let next = next.unwrap();
+            assert!(!next.starts_with("`package-executor publish"), "{next}");
+            assert!(next.contains("activation"), "{next}");
+            assert!(
+                line.contains("generation") || line.contains("activation"),
+                "{line}"
+            );
+        }
     }
 
     #[test]

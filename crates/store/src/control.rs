@@ -1,6 +1,7 @@
 //! The control plane's own writes, so the product can be used without another system:
 //! activating a generation and removing a package (contract section 7), each in one transaction.
 
+use package_executor_core::quote::shown;
 use sqlx::Row;
 
 use crate::error::input;
@@ -37,7 +38,8 @@ async fn activate_in(
             .await?;
         let Some(head) = head else {
             return Err(input(format!(
-                "installation {installation_id} does not exist; check the id"
+                "installation {} does not exist; check the id",
+                shown(installation_id)
             )));
         };
         let current: Option<i64> = head.try_get("active_generation")?;
@@ -48,7 +50,8 @@ async fn activate_in(
             .await?;
         let Some(target) = target else {
             return Err(input(format!(
-                "installation {installation_id} has no generation {generation}; import it first"
+                "installation {} has no generation {generation}; import it first",
+                shown(installation_id)
             )));
         };
         let status = crate::rows::generation_status(target.try_get("status")?)?;
@@ -57,8 +60,9 @@ async fn activate_in(
         }
         if !status.can_be_activated() {
             return Err(input(format!(
-                "generation {generation} of {installation_id} is {status}; only staged, activating \
-                 or superseded generations can be activated"
+                "generation {generation} of {} is {status}; only staged, activating or \
+                 superseded generations can be activated",
+                shown(installation_id)
             )));
         }
         if let Some(prev) = current {
@@ -106,7 +110,9 @@ async fn remove_in(
             .await?;
         let Some(head) = head else {
             return Err(input(format!(
-                "project {project_id} has no package {package_name}; check the names"
+                "project {} has no package {}; check the names",
+                shown(project_id),
+                shown(package_name)
             )));
         };
         sqlx::query(sql::CLEAR_HEAD.text(d))

@@ -69,6 +69,10 @@ pub enum StoreError {
     /// after it compared what is stored, may treat it as a refusal.
     #[error("transient database error: {0}")]
     Duplicate(String),
+    /// The database itself is damaged (a SQLite file whose pages do not hold together): no
+    /// retry heals it, and every command says so with exit 1.
+    #[error("the database is damaged: {0}")]
+    Damaged(String),
     /// Anything else the database refused (exit 1).
     #[error("database error: {0}")]
     Other(String),
@@ -136,6 +140,14 @@ impl StoreError {
         )
     }
 
+    /// Whether no retry heals it and no further project can succeed: the configuration (a
+    /// login without its grants, a file that cannot be written) or the database file itself
+    /// (damaged). A run stops at the first such error and exits 1, as every other command does,
+    /// rather than spend every project's attempts on it and exit 8, which a Job retries.
+    pub fn is_fatal(&self) -> bool {
+        matches!(self, StoreError::Config(_) | StoreError::Damaged(_))
+    }
+
     /// Whether the database cannot be used at all (unreachable or not migrated): exit 8.
     pub fn is_unavailable(&self) -> bool {
         matches!(
@@ -193,6 +205,12 @@ impl From<sqlx::Error> for StoreError {
                              must exist and be writable by this process"
                         ))
                     }
+                    // SQLite: CORRUPT and its extended codes (CORRUPT_VTAB, _SEQUENCE, _INDEX).
+                    "11" | "267" | "523" | "779" if !postgres => StoreError::Damaged(format!(
+                        "SQLite {code}: {message}; the SQLite file is damaged: restore it from a \
+                         backup, or move it aside and rebuild it (`package-executor migrate`, \
+                         then import the sources again)"
+                    )),
                     "26" if !postgres => StoreError::Config(format!(
                         "SQLite {code}: {message}; DATABASE_URL names a file that is not a SQLite \
                          database: point it at package-executor's own file"

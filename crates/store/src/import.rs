@@ -3,6 +3,7 @@
 //! from the pure mapping (`package_executor_core::import_rows`); the pipeline that reads the file
 //! and hands batches over is the binary's (`sources::import`).
 
+use package_executor_core::quote::shown;
 use std::collections::HashMap;
 
 use package_executor_core::fixture::FixtureError;
@@ -133,7 +134,7 @@ async fn write_rows(
         let ids: Vec<&str> = chunk.iter().map(|p| p.project_id.as_str()).collect();
         inserted += insert_projects(a, &ids)
             .await
-            .map_err(|e| named(&format!("project {}", ids[0]), e))?;
+            .map_err(|e| named(&format!("project {}", shown(ids[0])), e))?;
     }
     let installations = unique_installations(projects)?;
     let revisions = unique_revisions(projects)?;
@@ -301,9 +302,11 @@ async fn write_installations(
             .await?;
             if let Some(other) = other {
                 return Err(input(format!(
-                    "{}: the project already has this package, as installation {other}; a project \
-                     installs a package once, so use installation id {other} in the fixture",
-                    only.at
+                    "{}: the project already has this package, as installation {}; a project \
+                     installs a package once, so use installation id {} in the fixture",
+                    only.at,
+                    shown(&other),
+                    shown(&other)
                 )));
             }
         }

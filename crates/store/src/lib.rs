@@ -37,7 +37,8 @@ pub const PENDING_PAGE_SQL: &str = sql::PENDING_PAGE_PG.text(Dialect::Postgres);
 /// The PostgreSQL open step's text (`$1` project, `$2`/`$3` claim), for tests and EXPLAIN.
 pub const OPEN_SQL: &str = sql::OPEN_PG;
 pub use queries::{
-    Current, CurrentSnapshot, ProjectFacts, RecordedRejection, SnapshotHead, StoredSnapshot,
+    ConnectionSlots, Current, CurrentSnapshot, ProjectFacts, RecordedRejection, SnapshotHead,
+    StoredSnapshot,
 };
 
 use package_executor_core::defaults;

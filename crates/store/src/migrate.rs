@@ -64,6 +64,7 @@ pub const SQLITE: &[Migration] = &[
     migration!("sqlite", 4, "0004_permissions_trigger.sql"),
     migration!("sqlite", 5, "0005_generation_ledger.sql"),
     migration!("sqlite", 6, "0006_source_key.sql"),
+    migration!("sqlite", 7, "0007_no_nul_bytes.sql"),
 ];
 
 /// The six group roles of contract section 8.
@@ -255,6 +256,15 @@ impl Store {
             match result {
                 Ok(()) => {
                     sqlx::query("COMMIT").execute(&mut *conn).await?;
+                    // Move the schema from the write-ahead log into the database file, so that
+                    // the file alone (copied, mounted elsewhere, backed up) is the migrated
+                    // database. A reader holding an old snapshot can keep part of the log
+                    // back; then the log keeps it, as SQLite always does.
+                    if !report.applied.is_empty() {
+                        sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+                            .execute(&mut *conn)
+                            .await?;
+                    }
                 }
                 Err(e) => {
                     sqlx::query("ROLLBACK").execute(&mut *conn).await?;

@@ -6,7 +6,23 @@ use package_executor_core::model::Digest;
 use package_executor_core::planner::{self, StoredLength};
 use package_executor_core::rejection::ReportedCode;
 
-use super::{ObservedHead, Store, StoreError, answered};
+use super::{Dialect, ObservedHead, Store, StoreError, answered};
+use sqlx::Row as _;
+/// The server's connection slots as a run reads them before it opens its workers' connections.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnectionSlots {
+    /// `max_connections`.
+    pub max_connections: i64,
+    /// Slots no executor login may take: `superuser_reserved_connections`, and
+    /// `reserved_connections` (PostgreSQL 16 and later).
+    pub reserved: i64,
+    /// Client sessions open now, this run's own among them.
+    pub in_use: i64,
+    /// The login's `CONNECTION LIMIT` (`-1`: none).
+    pub role_limit: i64,
+    /// Sessions of the login open now, this run's own among them.
+    pub role_in_use: i64,
+}
 
 /// A snapshot proven current: its row in `tool_definition_snapshots`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -131,6 +147,52 @@ impl Store {
         self.transaction(async |a| {
             let found = answered(limit, a.revalidate(project_id, known)).await?;
             Ok((found, false))
+        })
+        .await
+    }
+
+    /// The door `current` opens from a shell: the consumers' own function for a login that may
+    /// execute it (a `ql3_tool_consumer` member, who may not execute the executor's), else the
+    /// executor's, as [`Store::revalidate`]. The same answer either way.
+    pub async fn current_door(
+        &self,
+        project_id: &str,
+        known: Option<&Digest>,
+    ) -> Result<Option<Current>, StoreError> {
+        let limit = self.answer_timeout();
+        self.transaction(async |a| {
+            let consumer = answered(limit, a.may_use_consumer_door()).await?;
+            let found = answered(limit, a.revalidate_through(project_id, known, consumer)).await?;
+            Ok((found, false))
+        })
+        .await
+    }
+
+    /// How many connections the server admits now (PostgreSQL; `None` for SQLite): its limits
+    /// and what is in use, read in one statement that any login may run.
+    pub async fn connection_slots(&self) -> Result<Option<ConnectionSlots>, StoreError> {
+        if self.dialect() == Dialect::Sqlite {
+            return Ok(None);
+        }
+        let limit = self.answer_timeout();
+        self.transaction(async |a| {
+            let slots = answered(limit, async {
+                let super::Attempt::Pg(tx) = a else {
+                    return Ok(None);
+                };
+                let row = sqlx::query(crate::sql::CONNECTION_SLOTS_PG)
+                    .fetch_one(&mut **tx)
+                    .await?;
+                Ok(Some(ConnectionSlots {
+                    max_connections: row.try_get("max_connections")?,
+                    reserved: row.try_get("reserved")?,
+                    in_use: row.try_get("in_use")?,
+                    role_limit: row.try_get("role_limit")?,
+                    role_in_use: row.try_get("role_in_use")?,
+                }))
+            })
+            .await?;
+            Ok((slots, false))
         })
         .await
     }

@@ -57,8 +57,31 @@ impl Attempt<'_> {
         project_id: &str,
         known: Option<&Digest>,
     ) -> Result<Option<Current>, StoreError> {
+        self.revalidate_through(project_id, known, false).await
+    }
+
+    /// Whether this login may open the consumers' door, `ql3.current_tool_snapshot(text,
+    /// text)` (PostgreSQL; a `ql3_tool_consumer` member): `current` goes through it then, so a
+    /// consumer's login reads from a shell exactly what its application reads.
+    pub async fn may_use_consumer_door(&mut self) -> Result<bool, StoreError> {
+        match self {
+            Attempt::Lite(_) => Ok(false),
+            Attempt::Pg(tx) => Ok(sqlx::query_scalar(sql::MAY_USE_CONSUMER_DOOR_PG)
+                .fetch_one(&mut **tx)
+                .await?),
+        }
+    }
+
+    /// [`Attempt::revalidate`], through the consumers' door when `consumer` (PostgreSQL).
+    pub async fn revalidate_through(
+        &mut self,
+        project_id: &str,
+        known: Option<&Digest>,
+        consumer: bool,
+    ) -> Result<Option<Current>, StoreError> {
         on_conn!(self, |c, d| {
             let text = match d {
+                Dialect::Postgres if consumer => sql::CONSUMER_DOOR_PG,
                 Dialect::Postgres => sql::FIND_CURRENT_PG,
                 Dialect::Sqlite => sql::FIND_CURRENT_SQLITE,
             };

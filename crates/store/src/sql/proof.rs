@@ -79,6 +79,19 @@ SELECT f.snapshot_id, f.snapshot_digest, f.active_vector_digest, f.definition_di
        to_char(f.committed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') AS committed_at
 FROM ql3.find_current_tool_snapshot($1) AS f");
 
+/// The consumers' conditional door (PostgreSQL), as `current` opens it for a login that may:
+/// the columns of [`FIND_CURRENT_PG`]. The door names no row id, and `current` prints none: 0
+/// stands in its place.
+pub const CONSUMER_DOOR_PG: Statement = statement!("
+SELECT 0::bigint AS snapshot_id, f.snapshot_digest, f.active_vector_digest, f.definition_digest,
+       f.canonical_json,
+       to_char(f.committed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') AS committed_at
+FROM ql3.current_tool_snapshot($1, $2) AS f");
+
+/// Whether the session's login may execute the consumers' door.
+pub const MAY_USE_CONSUMER_DOOR_PG: &str = "SELECT has_function_privilege(\
+    'ql3.current_tool_snapshot(text, text)', 'EXECUTE')";
+
 /// The current snapshot's digest alone (PostgreSQL; the open step's currency check, in the
 /// transaction that holds the claim, so no other executor can publish in between).
 pub const CURRENT_DIGEST_PG: &str =
@@ -113,3 +126,16 @@ pub const FIND_CURRENT_SQLITE: Statement = statement!(find_current_sqlite!(
      CASE WHEN s.snapshot_digest = $2 THEN NULL ELSE s.canonical_json END AS canonical_json,
      s.committed_at"
 ));
+
+/// The server's connection slots (see `ConnectionSlots`): every field of `pg_stat_activity`
+/// read here is visible to any login. `reserved_connections` exists from PostgreSQL 16 on.
+pub const CONNECTION_SLOTS_PG: &str = "
+SELECT current_setting('max_connections')::bigint AS max_connections,
+       current_setting('superuser_reserved_connections')::bigint
+         + coalesce(current_setting('reserved_connections', true)::bigint, 0) AS reserved,
+       (SELECT count(*) FROM pg_catalog.pg_stat_activity
+        WHERE backend_type = 'client backend') AS in_use,
+       (SELECT rolconnlimit::bigint FROM pg_catalog.pg_roles
+        WHERE rolname = session_user) AS role_limit,
+       (SELECT count(*) FROM pg_catalog.pg_stat_activity
+        WHERE backend_type = 'client backend' AND usename = session_user) AS role_in_use";
