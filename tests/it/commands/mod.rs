@@ -1,6 +1,7 @@
 //! The binary's commands end to end.
 
 mod cli;
+mod hostile_user;
 mod metrics;
 mod newer_schema;
 mod not_ours;
@@ -13,5 +14,6 @@ mod verify;
 /// Every test in these starts PostgreSQL: the `pg` tier runs what lies in an `on_postgres` module,
 /// the `fast` tier the rest.
 mod on_postgres {
+    mod hostile_user;
     mod secrets;
 }

@@ -234,7 +234,7 @@ async fn a_dry_run_checks_everything_and_writes_nothing(s: Stores) {
     let err = check(&fixture(&zeros, "Bad Name")).await.unwrap_err();
     assert!(
         err.to_string()
-            .contains("project dry-0 package Bad Name: the database refused the row"),
+            .contains("project dry-0 package \"Bad Name\": the database refused the row"),
         "{err}"
     );
 
@@ -1023,7 +1023,7 @@ async fn import_streams_all_or_nothing_and_idempotent(s: Stores) {
         (
             "a refused package name",
             with_last_project(late("Bad Name", "zz-i")),
-            "project zz-last package Bad Name: the database refused the row",
+            "project zz-last package \"Bad Name\": the database refused the row",
         ),
         (
             "an installation id of another project",
