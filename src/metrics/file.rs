@@ -20,7 +20,7 @@ const IN_PLACE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 /// Writes `text` into `path` as it stands (a device, a FIFO, the termination log), never
 /// waiting for ever: a FIFO is opened without blocking, so one that no process reads is an
 /// error at once (`ENXIO`) instead of a run that hangs after its work is done, and a reader
-/// that stops reading gets [`IN_PLACE_WAIT`] before the write is given up.
+/// that stops reading gets 5 s (`IN_PLACE_WAIT`) before the write is given up.
 pub fn write_in_place(path: &Path, text: &str) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt as _;
     let mut file = std::fs::OpenOptions::new()
