@@ -248,6 +248,10 @@ pub struct RunArgs {
     /// Projects in flight at once (the pool holds one more connection).
     #[arg(long, default_value_t = defaults::CONCURRENCY, value_parser = clap::value_parser!(u32).range(1..=256), env = "PACKAGE_EXECUTOR_CONCURRENCY")]
     pub concurrency: u32,
+    /// Projects a worker builds in one transaction, each keeping its own outcome (1: one
+    /// project a transaction).
+    #[arg(long, default_value_t = defaults::BATCH_SIZE, value_parser = clap::value_parser!(u32).range(1..=512), env = "PACKAGE_EXECUTOR_BATCH_SIZE")]
+    pub batch_size: u32,
     /// Attempts per project per pass, with jittered exponential backoff.
     #[arg(long, default_value_t = defaults::MAX_ATTEMPTS, value_parser = clap::value_parser!(u32).range(1..), env = "PACKAGE_EXECUTOR_MAX_ATTEMPTS")]
     pub max_attempts: u32,

@@ -23,6 +23,7 @@ fn settings(args: &RunArgs, shard: Shard) -> RunSettings {
     RunSettings {
         page_size: args.page_size,
         concurrency: args.concurrency as usize,
+        batch_size: args.batch_size as usize,
         max_attempts: args.max_attempts,
         final_probes: args.final_probes,
         memory_budget: args.memory_budget,

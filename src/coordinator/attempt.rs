@@ -46,6 +46,39 @@ pub async fn attempt(session: &mut Session, budget: &MemoryBudget, project_id: &
         })
 }
 
+/// Runs one attempt for each of a batch's projects, in order, in one transaction on a worker's
+/// session: each project's steps after a savepoint of its own, kept when its outcome writes
+/// (a publish, a replay, a recorded rejection, a cleared mark) and undone otherwise (a drift,
+/// a claim held elsewhere), so each keeps the outcome it would have had alone; then one
+/// commit. `Err` when a statement failed for a cause that is no one project's outcome (or the
+/// commit failed): the whole batch was rolled back, and the caller tries each project alone.
+pub(super) async fn attempt_batch(
+    session: &mut Session,
+    budget: &MemoryBudget,
+    projects: &[String],
+) -> Result<Vec<Step>, StoreError> {
+    let limit = session.answer_timeout();
+    tracing::debug!(projects = projects.len(), "batch attempt started");
+    session
+        .transaction(async |a| {
+            let mut steps = Vec::with_capacity(projects.len());
+            let mut any_kept = false;
+            for project_id in projects {
+                answered(limit, a.begin_project()).await?;
+                let (step, keep) = attempt_in(a, budget, project_id, limit).await?;
+                if keep {
+                    answered(limit, a.keep_project()).await?;
+                    any_kept = true;
+                } else {
+                    answered(limit, a.undo_project()).await?;
+                }
+                steps.push(step);
+            }
+            Ok((steps, any_kept))
+        })
+        .await
+}
+
 fn heads(observed: &[ObservedHead]) -> Vec<ActiveHead> {
     observed.iter().map(|o| o.head.clone()).collect()
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use backon::{BackoffBuilder, ExponentialBuilder};
 use tokio::sync::{Mutex, mpsc};
 
-use super::attempt::{Step, attempt};
+use super::attempt::{Step, attempt, attempt_batch};
 use super::{MemoryBudget, RunSettings, Stop};
 use crate::report::{Outcome, Unresolved};
 use crate::store::{Session, Store};
@@ -79,11 +79,77 @@ impl Crew {
         }
     }
 
+    /// Builds a batch of projects in one transaction ([`attempt_batch`]), each to the outcome
+    /// it would have had alone: a project the batch decided is done; one whose try there is
+    /// worth another (a drift, a claim held elsewhere) goes on alone with the attempts it has
+    /// left, after its backoff; and when the batch failed as a whole (a statement failed for
+    /// a cause that is no one project's, or the commit), each is built alone from its first
+    /// attempt, so a poisoned project ends only itself. `None` for a project not started
+    /// because the run was stopped first.
+    pub(super) async fn process_batch(
+        &self,
+        session: &mut Session,
+        projects: &[String],
+    ) -> Vec<Option<Outcome>> {
+        if self.stop.is_set() {
+            return vec![None; projects.len()];
+        }
+        let tried = tokio::select! {
+            biased;
+            tried = attempt_batch(session, &self.budget, projects) => tried,
+            // The transaction is dropped and rolls back: nothing of the batch is written.
+            () = self.stop.abandoned() => return vec![Some(abandoned()); projects.len()],
+        };
+        let steps = match tried {
+            Ok(steps) => steps,
+            Err(e) => {
+                tracing::debug!(error = %e, projects = projects.len(), "the batch failed as a whole; each project is built alone");
+                let mut out = Vec::with_capacity(projects.len());
+                for p in projects {
+                    out.push(self.process(session, p).await);
+                }
+                return out;
+            }
+        };
+        let mut out = Vec::with_capacity(projects.len());
+        for (p, step) in projects.iter().zip(steps) {
+            let outcome = match step {
+                Step::Done(o) => Some(o),
+                first => {
+                    tokio::select! {
+                        biased;
+                        o = self.attempts_after(session, p, first) => Some(o),
+                        () = self.stop.abandoned() => Some(abandoned()),
+                    }
+                }
+            };
+            out.push(outcome);
+        }
+        out
+    }
+
     /// [`Crew::process`]'s attempts, with their backoff.
     async fn attempts(&self, session: &mut Session, project_id: &str) -> Outcome {
+        let first = attempt(session, &self.budget, project_id).await;
+        self.attempts_after(session, project_id, first).await
+    }
+
+    /// The attempts of a project whose first attempt ended in `first`: the rest, with their
+    /// backoff.
+    async fn attempts_after(
+        &self,
+        session: &mut Session,
+        project_id: &str,
+        first: Step,
+    ) -> Outcome {
         let mut delays = self.backoff();
+        let mut next = Some(first);
         loop {
-            match attempt(session, &self.budget, project_id).await {
+            let step = match next.take() {
+                Some(step) => step,
+                None => attempt(session, &self.budget, project_id).await,
+            };
+            match step {
                 Step::Done(o) => return o,
                 Step::Halt(detail) => {
                     self.halt(&detail);
@@ -208,26 +274,46 @@ impl Crew {
 
     /// One worker: takes projects from the queue until it closes, on a session of its own, and
     /// reports each outcome. While the queue is empty the worker holds no connection, so that
-    /// the page readers, which share the first lane's pool, can read in parallel.
+    /// the page readers, which share the first lane's pool, can read in parallel. With
+    /// `--batch-size` above 1 it takes up to that many projects at once, but never waits for
+    /// more than the first: a batch is what the queue holds now.
     pub(super) async fn work(&self, queue: &Queue, outcomes: &Outcomes) {
         let mut session = self.store.session();
+        let size = self.settings.batch_size.max(1);
         loop {
-            let next = {
+            let batch = {
                 let mut queue = queue.lock().await;
-                match queue.try_recv() {
+                let first = match queue.try_recv() {
                     Ok(p) => Some(p),
                     Err(_) => {
                         session.release();
                         queue.recv().await
                     }
+                };
+                let mut batch: Vec<String> = first.into_iter().collect();
+                while !batch.is_empty() && batch.len() < size {
+                    match queue.try_recv() {
+                        Ok(p) => batch.push(p),
+                        Err(_) => break,
+                    }
                 }
+                batch
             };
-            let Some(project_id) = next else { return };
-            if let Some(o) = self.process(&mut session, &project_id).await
-                && outcomes.send((project_id, o)).is_err()
-            {
-                // The pass stopped listening: nothing more to report to.
+            if batch.is_empty() {
                 return;
+            }
+            let decided = if batch.len() == 1 {
+                vec![self.process(&mut session, &batch[0]).await]
+            } else {
+                self.process_batch(&mut session, &batch).await
+            };
+            for (project_id, o) in batch.into_iter().zip(decided) {
+                if let Some(o) = o
+                    && outcomes.send((project_id, o)).is_err()
+                {
+                    // The pass stopped listening: nothing more to report to.
+                    return;
+                }
             }
         }
     }

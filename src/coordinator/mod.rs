@@ -33,6 +33,9 @@ pub struct RunSettings {
     /// use one more: `concurrency + 1` in all, of which the store's own pool needs
     /// [`pool_size`] (the other lanes open theirs).
     pub concurrency: usize,
+    /// Projects a worker builds in one transaction (contract section 9): each in a savepoint of
+    /// its own, so each keeps its own outcome; 1 is one project a transaction.
+    pub batch_size: usize,
     /// Attempts per project per pass.
     pub max_attempts: u32,
     /// Fresh passes over what is still pending after the last page.
@@ -58,6 +61,7 @@ impl Default for RunSettings {
         Self {
             page_size: defaults::PAGE_SIZE,
             concurrency: defaults::CONCURRENCY as usize,
+            batch_size: defaults::BATCH_SIZE as usize,
             max_attempts: defaults::MAX_ATTEMPTS,
             final_probes: defaults::FINAL_PROBES,
             memory_budget: defaults::MEMORY_BUDGET.value,

@@ -25,6 +25,9 @@ pub const MEMORY_BUDGET: Spelled<u64> = Spelled {
 pub const PAGE_SIZE: u32 = 256;
 /// Projects in flight at once (`--concurrency`).
 pub const CONCURRENCY: u32 = 4;
+/// Projects a worker builds in one transaction (`--batch-size`): docs/benchmarks.md, "Batches",
+/// has the measurement it was chosen by.
+pub const BATCH_SIZE: u32 = 1;
 /// Attempts per project per pass (`--max-attempts`).
 pub const MAX_ATTEMPTS: u32 = 4;
 /// Fresh passes over what is still pending after the last page (`--final-probes`).

@@ -1,5 +1,6 @@
 //! The binary's commands end to end.
 
+mod batches;
 mod cli;
 mod hostile_user;
 mod metrics;

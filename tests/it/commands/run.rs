@@ -284,6 +284,17 @@ mod on_postgres {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn drift_never_yields_a_stale_snapshot() {
+        drift_at_batch_size(1).await;
+    }
+
+    /// The same with projects built eight a transaction: a project that drifts inside a batch
+    /// is left out of it and tried again alone; the others of its batch commit.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn drift_never_yields_a_stale_snapshot_in_batches() {
+        drift_at_batch_size(8).await;
+    }
+
+    async fn drift_at_batch_size(batch_size: usize) {
         within(600, async {
             let url = pg::fresh_db().await;
             let store = connect(&url).await;
@@ -347,6 +358,7 @@ mod on_postgres {
                 RunSettings {
                     max_attempts: 2,
                     final_probes: 1,
+                    batch_size,
                     ..settings()
                 },
             )

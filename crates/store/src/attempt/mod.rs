@@ -5,6 +5,7 @@ use sqlx::{Postgres, Sqlite, Transaction};
 
 use super::{Dialect, StoreError};
 
+mod batch;
 mod open;
 mod reads;
 mod revisions;
