@@ -1,6 +1,6 @@
 //! Storage and run benchmarks against a throwaway PostgreSQL server and SQLite files.
 //!
-//! `cargo bench --bench executor -- storage|run|scale|rss|import|all` prints the figures; nothing here is an
+//! `cargo bench --bench executor -- storage|run|scale|rss|import|batches|all` prints the figures; nothing here is an
 //! assertion. It starts its own PostgreSQL (`package_executor_testkit::pg`) and uses the release binary.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
@@ -1054,5 +1054,198 @@ fn main() {
         if wants("import") {
             bench_import(&bin, dir.path()).await;
         }
+        if wants("batches") {
+            bench_batches(&bin, dir.path()).await;
+        }
     });
+}
+
+/// One cold run of the batch-size sweep.
+struct BatchPoint {
+    dialect: &'static str,
+    size: usize,
+    wall: f64,
+    /// The server's CPU seconds (PostgreSQL; `None` for SQLite, which runs in the executor).
+    server_cpu: Option<f64>,
+    published: u64,
+}
+
+/// `batches`: the cold run at each `--batch-size` of `BENCH_BATCH_SIZES` (default 1, 8, 32,
+/// 128, 512), each on a fresh copy of one load (`BENCH_PROJECTS` × 8 packages × 4 tools,
+/// default 4,000), on PostgreSQL and SQLite; prints each run and draws the sweep as an SVG
+/// (server CPU per snapshot and throughput against batch size) at
+/// `target/tmp/bench-batches.svg`, for docs/benchmarks.md.
+async fn bench_batches(bin: &PathBuf, dir: &std::path::Path) {
+    let n: usize = std::env::var("BENCH_PROJECTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4_000);
+    let sizes: Vec<usize> = std::env::var("BENCH_BATCH_SIZES")
+        .unwrap_or_else(|_| "1,8,32,128,512".into())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect();
+    let concurrency = std::env::var("BENCH_CONCURRENCY").unwrap_or_else(|_| "4".into());
+    let mut points = Vec::new();
+    for dialect in ["postgres", "sqlite"] {
+        let base = if dialect == "postgres" {
+            pg::clone_db(pg::TEMPLATE, "bench_batches").await
+        } else {
+            pg::migrated_sqlite(&dir.join("batches.db")).await
+        };
+        let store = connect(&base).await;
+        load(&store, 0, n, 8, 4, 1).await;
+        store.close().await;
+        for &size in &sizes {
+            let url = if dialect == "postgres" {
+                pg::clone_db("bench_batches", &format!("bench_batch_{size}")).await
+            } else {
+                let copy = dir.join(format!("batch-{size}.db"));
+                std::fs::copy(dir.join("batches.db"), &copy).unwrap();
+                let wal = dir.join("batches.db-wal");
+                if wal.exists() {
+                    std::fs::copy(&wal, dir.join(format!("batch-{size}.db-wal"))).unwrap();
+                }
+                format!("sqlite://{}", copy.display())
+            };
+            let server = ServerCpu::start();
+            let t = Instant::now();
+            let out = Command::new(bin)
+                .args([
+                    "run",
+                    "--json",
+                    "--concurrency",
+                    &concurrency,
+                    "--batch-size",
+                    &size.to_string(),
+                ])
+                .env("DATABASE_URL", &url)
+                .env("PACKAGE_EXECUTOR_LOG", "error")
+                .envs(exec_env())
+                .output()
+                .unwrap();
+            let wall = t.elapsed().as_secs_f64();
+            let server_cpu = if dialect == "postgres" {
+                server.used()
+            } else {
+                None
+            };
+            let v: serde_json::Value =
+                serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
+            let published = v["published"].as_u64().unwrap_or(0);
+            let per = server_cpu.map_or(String::new(), |c| {
+                format!(
+                    ", server cpu {c:.2}s ({:.3} ms a snapshot)",
+                    c * 1000.0 / published.max(1) as f64
+                )
+            });
+            println!(
+                "[batches/{dialect}] --batch-size {size}: {wall:.2}s, {:.0} projects/s{per}, published {published}",
+                published as f64 / wall
+            );
+            points.push(BatchPoint {
+                dialect,
+                size,
+                wall,
+                server_cpu,
+                published,
+            });
+        }
+    }
+    let svg = batch_sweep_svg(&points);
+    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("bench-batches.svg");
+    std::fs::write(&path, svg).unwrap();
+    println!("[batches] the sweep drawn: {}", path.display());
+}
+
+/// Two panels side by side, batch size on a log axis: PostgreSQL's server CPU per snapshot,
+/// and throughput on each dialect.
+fn batch_sweep_svg(points: &[BatchPoint]) -> String {
+    let (w, h, pad) = (360.0, 240.0, 48.0);
+    let sizes: Vec<f64> = points.iter().map(|p| (p.size as f64).log2()).collect();
+    let (x0, x1) = sizes
+        .iter()
+        .fold((f64::MAX, f64::MIN), |(a, b), &x| (a.min(x), b.max(x)));
+    let x_of = |size: usize| {
+        let span = (x1 - x0).max(1.0);
+        pad + ((size as f64).log2() - x0) / span * (w - 2.0 * pad)
+    };
+    let mut out = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"11\">\n",
+        2.0 * w
+    );
+    let panels: [(&str, Box<dyn Fn(&BatchPoint) -> Option<f64>>); 2] = [
+        (
+            "server CPU per snapshot (ms), PostgreSQL",
+            Box::new(|p: &BatchPoint| p.server_cpu.map(|c| c * 1000.0 / p.published.max(1) as f64)),
+        ),
+        (
+            "throughput (projects/s)",
+            Box::new(|p: &BatchPoint| Some(p.published as f64 / p.wall)),
+        ),
+    ];
+    for (i, (title, value)) in panels.iter().enumerate() {
+        let left = i as f64 * w;
+        let top = points
+            .iter()
+            .filter_map(|p| value(p))
+            .fold(0.0_f64, f64::max)
+            .max(f64::MIN_POSITIVE)
+            * 1.1;
+        let y_of = |v: f64| h - pad - v / top * (h - 2.0 * pad);
+        out.push_str(&format!(
+            "<text x=\"{}\" y=\"16\">{title}</text>\n<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>\n<line x1=\"{}\" y1=\"{pad}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>\n<text x=\"{}\" y=\"{}\">0</text><text x=\"{}\" y=\"{}\">{top:.1}</text>\n",
+            left + pad,
+            left + pad,
+            h - pad,
+            left + w - pad,
+            h - pad,
+            left + pad,
+            left + pad,
+            h - pad,
+            left + 8.0,
+            h - pad,
+            left + 4.0,
+            pad
+        ));
+        for (dialect, colour) in [("postgres", "#1f77b4"), ("sqlite", "#d62728")] {
+            let line: Vec<(f64, f64, usize)> = points
+                .iter()
+                .filter(|p| p.dialect == dialect)
+                .filter_map(|p| value(p).map(|v| (left + x_of(p.size), y_of(v), p.size)))
+                .collect();
+            if line.is_empty() {
+                continue;
+            }
+            let path: Vec<String> = line
+                .iter()
+                .map(|(x, y, _)| format!("{x:.1},{y:.1}"))
+                .collect();
+            out.push_str(&format!(
+                "<polyline fill=\"none\" stroke=\"{colour}\" stroke-width=\"2\" points=\"{}\"/>\n",
+                path.join(" ")
+            ));
+            for (x, y, size) in &line {
+                out.push_str(&format!(
+                    "<circle cx=\"{x:.1}\" cy=\"{y:.1}\" r=\"3\" fill=\"{colour}\"/><text x=\"{x:.1}\" y=\"{}\" text-anchor=\"middle\">{size}</text>\n",
+                    h - pad + 14.0
+                ));
+            }
+            if i == 1 {
+                let (x, y, _) = line[line.len() - 1];
+                out.push_str(&format!(
+                    "<text x=\"{:.1}\" y=\"{:.1}\" fill=\"{colour}\">{dialect}</text>\n",
+                    x - 40.0,
+                    y - 6.0
+                ));
+            }
+        }
+        out.push_str(&format!(
+            "<text x=\"{}\" y=\"{}\">--batch-size (log scale)</text>\n",
+            left + w / 2.0 - 50.0,
+            h - 8.0
+        ));
+    }
+    out.push_str("</svg>\n");
+    out
 }

@@ -178,6 +178,8 @@ containers:
         value: {{ printf "%dMiB" (int .Values.run.memoryBudgetMiB) | quote }}
       - name: PACKAGE_EXECUTOR_CONCURRENCY
         value: {{ .Values.run.concurrency | quote }}
+      - name: PACKAGE_EXECUTOR_BATCH_SIZE
+        value: {{ .Values.run.batchSize | quote }}
       - name: PACKAGE_EXECUTOR_MAX_ATTEMPTS
         value: {{ .Values.run.maxAttempts | quote }}
       - name: PACKAGE_EXECUTOR_FINAL_PROBES

@@ -170,6 +170,9 @@ pub fn alert_rules() -> (serde_json::Value, serde_json::Value) {
 /// schema is stricter than the server on these.
 pub const REFUSED_BY_THE_API_SERVER: &[&str] = &[
     "database.port=70000",
+    // Indexed Jobs take at most 100,000 completions and parallelism (the API server's
+    // validation of batch/v1 Job).
+    "run.shards=100001",
     "metrics.pushUrl=http://pushgateway:9091,metrics.pushPort=70000",
     "networkPolicy.apiServer.cidrs={10.0.0.0/33}",
     "networkPolicy.apiServer.cidrs={10.0.0/8}",

@@ -1267,7 +1267,7 @@ fn the_rules_catch_what_they_state() {
 #[test]
 fn long_release_names_and_many_shards_meet_the_api_servers_rules() {
     let release = "a".repeat(53);
-    for shards in ["2", "11", "100"] {
+    for shards in ["2", "11", "100", "100000"] {
         let shards = format!("run.shards={shards}");
         let mut args = vec![
             "template",
