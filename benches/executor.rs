@@ -1174,7 +1174,8 @@ fn batch_sweep_svg(points: &[BatchPoint]) -> String {
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"11\">\n",
         2.0 * w
     );
-    let panels: [(&str, Box<dyn Fn(&BatchPoint) -> Option<f64>>); 2] = [
+    type Value = Box<dyn Fn(&BatchPoint) -> Option<f64>>;
+    let panels: [(&str, Value); 2] = [
         (
             "server CPU per snapshot (ms), PostgreSQL",
             Box::new(|p: &BatchPoint| p.server_cpu.map(|c| c * 1000.0 / p.published.max(1) as f64)),
@@ -1188,7 +1189,7 @@ fn batch_sweep_svg(points: &[BatchPoint]) -> String {
         let left = i as f64 * w;
         let top = points
             .iter()
-            .filter_map(|p| value(p))
+            .filter_map(value)
             .fold(0.0_f64, f64::max)
             .max(f64::MIN_POSITIVE)
             * 1.1;
