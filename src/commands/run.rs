@@ -107,12 +107,6 @@ fn write_summary(path: &Path, line: &str) -> std::io::Result<()> {
                 "the termination log is a symlink; not following it",
             ));
         }
-        if meta.is_file() {
-            std::fs::OpenOptions::new()
-                .write(true)
-                .truncate(true)
-                .open(path)?;
-        }
         return crate::metrics::file::write_in_place(path, line);
     }
     crate::metrics::file::write_atomically(path, line)

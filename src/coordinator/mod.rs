@@ -418,6 +418,18 @@ impl<'a> Coordinator<'a> {
         }
     }
 
+    /// A pass that could not read its pages: the run halts on a cause no retry heals (exit 1);
+    /// otherwise the database is down (exit 8), which this returns.
+    fn pass_failed(&self, e: &StoreError) -> bool {
+        if e.is_fatal() {
+            self.crew.halt(&e.to_string());
+            false
+        } else {
+            tracing::error!(error = %e, "cannot read pending projects");
+            true
+        }
+    }
+
     /// Whether the shard still holds a project this run's kind of pass would take (one row of
     /// the first page); `true` when that cannot be read, since pending is the safe answer.
     async fn anything_pending(&self) -> bool {
@@ -439,13 +451,8 @@ impl<'a> Coordinator<'a> {
             .await
         {
             Ok((done, _)) => done,
-            Err(e) if e.is_fatal() => {
-                self.crew.halt(&e.to_string());
-                false
-            }
             Err(e) => {
-                tracing::error!(error = %e, "cannot read pending projects");
-                database_down = true;
+                database_down |= self.pass_failed(&e);
                 false
             }
         };
@@ -466,13 +473,8 @@ impl<'a> Coordinator<'a> {
                         break;
                     }
                 }
-                Err(e) if e.is_fatal() => {
-                    self.crew.halt(&e.to_string());
-                    finished = false;
-                }
                 Err(e) => {
-                    tracing::error!(error = %e, "cannot read pending projects");
-                    database_down = true;
+                    database_down |= self.pass_failed(&e);
                     finished = false;
                 }
             }

@@ -17,14 +17,15 @@ const MODE: u32 = 0o644;
 /// How long a write in place waits for a FIFO's reader to take the text.
 const IN_PLACE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Writes `text` into `path` as it stands (a device, a FIFO, the termination log), never
-/// waiting for ever: a FIFO is opened without blocking, so one that no process reads is an
+/// Writes `text` into `path` as it stands (a device, a FIFO, the termination log, which is
+/// truncated first; `O_TRUNC` means nothing to a device or a FIFO), never waiting for ever: a FIFO is opened without blocking, so one that no process reads is an
 /// error at once (`ENXIO`) instead of a run that hangs after its work is done, and a reader
 /// that stops reading gets 5 s (`IN_PLACE_WAIT`) before the write is given up.
 pub fn write_in_place(path: &Path, text: &str) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt as _;
     let mut file = std::fs::OpenOptions::new()
         .write(true)
+        .truncate(true)
         .custom_flags(libc::O_NONBLOCK)
         .open(path)
         .map_err(|e| match e.raw_os_error() {

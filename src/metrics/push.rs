@@ -19,8 +19,8 @@ pub const TRY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Tries in all (one retry).
 pub const TRIES: u32 = 2;
 
-/// Where one run's metrics go.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Where one run's metrics go. Its `Debug` names only [`Target::shown`].
+#[derive(Clone, PartialEq, Eq)]
 pub struct Target {
     /// The full URL to POST to, the base URL's query included; never printed, since a proxy in
     /// front of the Pushgateway may take a secret there.
@@ -29,6 +29,15 @@ pub struct Target {
     pub shown: String,
     /// `Authorization: Basic …` from the user part the URL was given with, if any.
     authorization: Option<Credentials>,
+}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Target")
+            .field("shown", &self.shown)
+            .field("authorization", &self.authorization)
+            .finish_non_exhaustive()
+    }
 }
 
 /// An `Authorization` header value; never printed.

@@ -143,12 +143,7 @@ impl Store {
         project_id: &str,
         known: Option<&Digest>,
     ) -> Result<Option<Current>, StoreError> {
-        let limit = self.answer_timeout();
-        self.transaction(async |a| {
-            let found = answered(limit, a.revalidate(project_id, known)).await?;
-            Ok((found, false))
-        })
-        .await
+        self.door(project_id, known, false).await
     }
 
     /// The door `current` opens from a shell: the consumers' own function for a login that may
@@ -159,9 +154,21 @@ impl Store {
         project_id: &str,
         known: Option<&Digest>,
     ) -> Result<Option<Current>, StoreError> {
+        self.door(project_id, known, true).await
+    }
+
+    /// [`Store::revalidate`] and [`Store::current_door`]: through the consumers' function when
+    /// `consumer_if_allowed` and the login may execute it, else the executor's.
+    async fn door(
+        &self,
+        project_id: &str,
+        known: Option<&Digest>,
+        consumer_if_allowed: bool,
+    ) -> Result<Option<Current>, StoreError> {
         let limit = self.answer_timeout();
         self.transaction(async |a| {
-            let consumer = answered(limit, a.may_use_consumer_door()).await?;
+            let consumer =
+                consumer_if_allowed && answered(limit, a.may_use_consumer_door()).await?;
             let found = answered(limit, a.revalidate_through(project_id, known, consumer)).await?;
             Ok((found, false))
         })
@@ -176,23 +183,23 @@ impl Store {
         }
         let limit = self.answer_timeout();
         self.transaction(async |a| {
-            let slots = answered(limit, async {
-                let super::Attempt::Pg(tx) = a else {
-                    return Ok(None);
-                };
-                let row = sqlx::query(crate::sql::CONNECTION_SLOTS_PG)
+            let super::Attempt::Pg(tx) = a else {
+                return Ok((None, false));
+            };
+            let row = answered(limit, async {
+                Ok(sqlx::query(crate::sql::CONNECTION_SLOTS_PG)
                     .fetch_one(&mut **tx)
-                    .await?;
-                Ok(Some(ConnectionSlots {
-                    max_connections: row.try_get("max_connections")?,
-                    reserved: row.try_get("reserved")?,
-                    in_use: row.try_get("in_use")?,
-                    role_limit: row.try_get("role_limit")?,
-                    role_in_use: row.try_get("role_in_use")?,
-                }))
+                    .await?)
             })
             .await?;
-            Ok((slots, false))
+            let slots = ConnectionSlots {
+                max_connections: row.try_get("max_connections")?,
+                reserved: row.try_get("reserved")?,
+                in_use: row.try_get("in_use")?,
+                role_limit: row.try_get("role_limit")?,
+                role_in_use: row.try_get("role_in_use")?,
+            };
+            Ok((Some(slots), false))
         })
         .await
     }
