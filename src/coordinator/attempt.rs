@@ -5,16 +5,17 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::limits::MAX_REVISION_BYTES;
+use crate::model::Digest;
 use crate::model::GenerationStatus;
 use crate::planner::{ActiveHead, Snapshot, SnapshotBuilder, StoredLength};
 use crate::rejection::Rejection;
 use crate::report::{Outcome, Unresolved};
 use crate::revision::{self, RevisionStream};
 use crate::store::{
-    Attempt, Dialect, ObservedHead, Replay, RevisionBytes, Session, StoreError, answered,
+    Attempt, Dialect, ObservedHead, Opening, Replay, RevisionBytes, Session, StoreError, answered,
 };
 
-use super::budget::MemoryBudget;
+use super::budget::{MemoryBudget, Reservation};
 
 /// How an attempt ended: final, or worth another try.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,39 +45,6 @@ pub async fn attempt(session: &mut Session, budget: &MemoryBudget, project_id: &
                 Step::Retry(Unresolved::Database, e.to_string())
             }
         })
-}
-
-/// Runs one attempt for each of a batch's projects, in order, in one transaction on a worker's
-/// session: each project's steps after a savepoint of its own, kept when its outcome writes
-/// (a publish, a replay, a recorded rejection, a cleared mark) and undone otherwise (a drift,
-/// a claim held elsewhere), so each keeps the outcome it would have had alone; then one
-/// commit. `Err` when a statement failed for a cause that is no one project's outcome (or the
-/// commit failed): the whole batch was rolled back, and the caller tries each project alone.
-pub(super) async fn attempt_batch(
-    session: &mut Session,
-    budget: &MemoryBudget,
-    projects: &[String],
-) -> Result<Vec<Step>, StoreError> {
-    let limit = session.answer_timeout();
-    tracing::debug!(projects = projects.len(), "batch attempt started");
-    session
-        .transaction(async |a| {
-            let mut steps = Vec::with_capacity(projects.len());
-            let mut any_kept = false;
-            for project_id in projects {
-                answered(limit, a.begin_project()).await?;
-                let (step, keep) = attempt_in(a, budget, project_id, limit).await?;
-                if keep {
-                    answered(limit, a.keep_project()).await?;
-                    any_kept = true;
-                } else {
-                    answered(limit, a.undo_project()).await?;
-                }
-                steps.push(step);
-            }
-            Ok((steps, any_kept))
-        })
-        .await
 }
 
 fn heads(observed: &[ObservedHead]) -> Vec<ActiveHead> {
@@ -126,8 +94,14 @@ fn not_active(observed: &[ObservedHead]) -> Option<String> {
         })
 }
 
+/// Memory held for revisions that come with a project's first observation: the row as it
+/// arrived and the contents taken out of it, and the parser's state for one of them.
+pub(super) fn inline_reservation(projects: usize) -> u64 {
+    2 * INLINE_BYTES * projects as u64 + parse_held(INLINE_BYTES)
+}
+
 /// The attempt's body; the bool says whether to commit.
-async fn attempt_in(
+pub(super) async fn attempt_in(
     a: &mut Attempt<'_>,
     budget: &MemoryBudget,
     project_id: &str,
@@ -135,55 +109,31 @@ async fn attempt_in(
 ) -> Result<(Step, bool), StoreError> {
     // Memory for revisions that come with the observation, if it is free right now; an
     // attempt never waits for it (it then reads them as usual).
-    let mut inline_memory = budget.try_reserve(2 * INLINE_BYTES + parse_held(INLINE_BYTES));
+    let mut inline_memory = budget.try_reserve(inline_reservation(1));
     let cap = inline_memory.as_ref().map(|_| INLINE_BYTES);
-    let mut opening = answered(limit, a.open_with(project_id, cap)).await?;
+    let opening = answered(limit, a.open_with(project_id, cap)).await?;
     if opening.inline.is_empty() {
         inline_memory = None;
     }
-    if !opening.claimed {
-        return Ok((
-            Step::Retry(
-                Unresolved::ClaimedElsewhere,
-                "another replica holds this project's claim".into(),
-            ),
-            false,
-        ));
-    }
-    // A final outcome clears the project's mark, if it still holds the version read now; the
-    // transaction is committed for that alone when nothing else was written.
-    let mark = opening.mark;
-    if let Some(snapshot_digest) = opening.current {
-        let commit = clear(a, project_id, mark, limit).await?;
-        return Ok((
-            Step::Done(Outcome::AlreadyCurrent {
-                snapshot_digest: Some(snapshot_digest),
-            }),
-            commit,
-        ));
-    }
-    let first = opening.heads;
-    if let Some(detail) = not_active(&first) {
-        return Ok((Step::Retry(Unresolved::GenerationDrift, detail), false));
-    }
-    let builder = SnapshotBuilder::new(project_id, heads(&first));
-    let vector_digest = builder.vector_digest().clone();
-    if let Some(r) = opening.rejections.get(&vector_digest) {
-        let commit = clear(a, project_id, mark, limit).await?;
-        return Ok((
-            Step::Done(Outcome::Rejected {
-                code: r.reason.clone(),
-                detail: r.detail.clone(),
-            }),
-            commit,
-        ));
-    }
-    let inline = std::mem::take(&mut opening.inline);
-    let planned = build(a, budget, builder, &opening.lengths, inline, limit).await?;
+    let prepared = prepare(a, budget, project_id, opening, Room::Wait, limit).await?;
     drop(inline_memory);
-    let snapshot = match planned {
-        Ok(snapshot) => snapshot,
-        Err(rejection) => {
+    match prepared {
+        Prepared::Retry(step) => Ok((step, false)),
+        Prepared::Read(step, mark) => {
+            let commit = clear(a, project_id, mark, limit).await?;
+            Ok((step, commit))
+        }
+        // Only a batch's reads give way.
+        Prepared::NoRoom => Err(StoreError::Other(
+            "a lone attempt found no room for its revisions; this is a bug, please report it"
+                .into(),
+        )),
+        Prepared::Rejected {
+            rejection,
+            vector,
+            first,
+            mark,
+        } => {
             let second = answered(limit, a.observe(project_id)).await?;
             if let Some((reason, detail)) = drift(&first, &second) {
                 return Ok((Step::Retry(reason, detail), false));
@@ -195,53 +145,176 @@ async fn attempt_in(
             if recorded {
                 answered(
                     limit,
-                    a.record_rejection(project_id, vector_digest.as_str(), &rejection),
+                    a.record_rejection(project_id, vector.as_str(), &rejection),
                 )
                 .await?;
             }
             let cleared = clear(a, project_id, mark, limit).await?;
-            return Ok((
-                Step::Done(Outcome::Rejected {
-                    code: rejection.code.into(),
-                    detail: rejection.detail,
-                }),
-                recorded || cleared,
-            ));
+            Ok((rejected(rejection), recorded || cleared))
         }
-    };
-    // The second observation comes with the insert; on drift the caller rolls both back.
-    let appending = answered(limit, a.append(&snapshot, mark)).await?;
-    if let Some((reason, detail)) = drift(&first, &appending.second) {
-        return Ok((Step::Retry(reason, detail), false));
+        Prepared::Planned {
+            snapshot,
+            first,
+            mark,
+        } => {
+            // The second observation comes with the insert; on drift the caller rolls both back.
+            let appending = answered(limit, a.append(&snapshot, mark)).await?;
+            if let Some((reason, detail)) = drift(&first, &appending.second) {
+                return Ok((Step::Retry(reason, detail), false));
+            }
+            if appending.inserted {
+                return Ok((published(&snapshot), true));
+            }
+            let replay = answered(limit, a.replay_outcome(&snapshot)).await?;
+            // Committed for the mark the append cleared on an exact replay; nothing else was
+            // written.
+            let commit = matches!(replay, Replay::Exact) && mark.is_some();
+            Ok((replayed(&snapshot, replay), commit))
+        }
     }
+}
+
+/// The outcome of a rejection, as reported.
+pub(super) fn rejected(rejection: Rejection) -> Step {
+    Step::Done(Outcome::Rejected {
+        code: rejection.code.into(),
+        detail: rejection.detail,
+    })
+}
+
+/// The outcome of a snapshot inserted now.
+pub(super) fn published(snapshot: &Snapshot) -> Step {
+    Step::Done(Outcome::Published {
+        snapshot_digest: Some(snapshot.snapshot_digest.clone()),
+    })
+}
+
+/// The outcome of a snapshot whose insert met a stored one: the same (an exact replay) or
+/// another for the same vector (`replay-mismatch`).
+pub(super) fn replayed(snapshot: &Snapshot, replay: Replay) -> Step {
     let digest = snapshot.snapshot_digest.clone();
-    if appending.inserted {
-        return Ok((
-            Step::Done(Outcome::Published {
-                snapshot_digest: Some(digest),
+    match replay {
+        Replay::Exact => Step::Done(Outcome::Replayed {
+            snapshot_digest: Some(digest),
+        }),
+        Replay::Mismatch { existing } => Step::Done(Outcome::Integrity {
+            detail: format!(
+                "replay-mismatch: project {} vector {} already has snapshot {existing}, but \
+                 this build gives {digest}; the stored row is kept, investigate which is right \
+                 with `package-executor verify`",
+                snapshot.project_id.as_str(),
+                snapshot.active_vector_digest.as_str(),
+            ),
+        }),
+    }
+}
+
+/// Whether a read may wait for memory: a lone attempt waits, holding nothing else; a batch's
+/// reads never wait, since the batch holds memory for the projects it has built (see
+/// [`Prepared::NoRoom`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Room {
+    /// Wait for the budget.
+    Wait,
+    /// Take it now or give way.
+    Now,
+}
+
+impl Room {
+    async fn hold(self, budget: &MemoryBudget, bytes: u64) -> Option<Reservation> {
+        match self {
+            Room::Wait => Some(budget.reserve(bytes).await),
+            Room::Now => budget.try_reserve(bytes),
+        }
+    }
+}
+
+/// What an opened project comes to before its outcome is written.
+#[derive(Debug)]
+pub(super) enum Prepared {
+    /// Nothing to write and worth another try: a claim held elsewhere, a head that is not
+    /// active yet.
+    Retry(Step),
+    /// Final without a build (already current, a rejection that stands): clears the mark.
+    Read(Step, Option<i64>),
+    /// Built: the snapshot to append, if the second observation equals the first.
+    Planned {
+        snapshot: Snapshot,
+        first: Vec<ObservedHead>,
+        mark: Option<i64>,
+    },
+    /// Built: the rejection to record, if the second observation equals the first.
+    Rejected {
+        rejection: Rejection,
+        vector: Digest,
+        first: Vec<ObservedHead>,
+        mark: Option<i64>,
+    },
+    /// Its revisions did not fit the memory free now ([`Room::Now`]): nothing was decided.
+    NoRoom,
+}
+
+/// Takes an opened project as far as it goes without writing: an outcome read from the
+/// opening, or a build from its revisions.
+pub(super) async fn prepare(
+    a: &mut Attempt<'_>,
+    budget: &MemoryBudget,
+    project_id: &str,
+    mut opening: Opening,
+    room: Room,
+    limit: Option<Duration>,
+) -> Result<Prepared, StoreError> {
+    if !opening.claimed {
+        return Ok(Prepared::Retry(Step::Retry(
+            Unresolved::ClaimedElsewhere,
+            "another replica holds this project's claim".into(),
+        )));
+    }
+    // A final outcome clears the project's mark, if it still holds the version read now.
+    let mark = opening.mark;
+    if let Some(snapshot_digest) = opening.current {
+        return Ok(Prepared::Read(
+            Step::Done(Outcome::AlreadyCurrent {
+                snapshot_digest: Some(snapshot_digest),
             }),
-            true,
+            mark,
         ));
     }
-    match answered(limit, a.replay_outcome(&snapshot)).await? {
-        // Committed for the mark the append cleared; nothing else was written.
-        Replay::Exact => Ok((
-            Step::Done(Outcome::Replayed {
-                snapshot_digest: Some(digest),
-            }),
-            mark.is_some(),
-        )),
-        Replay::Mismatch { existing } => Ok((
-            Step::Done(Outcome::Integrity {
-                detail: format!(
-                    "replay-mismatch: project {project_id} vector {vector_digest} already has \
-                     snapshot {existing}, but this build gives {digest}; the stored row is \
-                     kept, investigate which is right with `package-executor verify`"
-                ),
-            }),
-            false,
-        )),
+    let first = std::mem::take(&mut opening.heads);
+    if let Some(detail) = not_active(&first) {
+        return Ok(Prepared::Retry(Step::Retry(
+            Unresolved::GenerationDrift,
+            detail,
+        )));
     }
+    let builder = SnapshotBuilder::new(project_id, heads(&first));
+    let vector = builder.vector_digest().clone();
+    if let Some(r) = opening.rejections.get(&vector) {
+        return Ok(Prepared::Read(
+            Step::Done(Outcome::Rejected {
+                code: r.reason.clone(),
+                detail: r.detail.clone(),
+            }),
+            mark,
+        ));
+    }
+    let inline = std::mem::take(&mut opening.inline);
+    Ok(
+        match build(a, budget, builder, &opening.lengths, inline, room, limit).await? {
+            None => Prepared::NoRoom,
+            Some(Ok(snapshot)) => Prepared::Planned {
+                snapshot,
+                first,
+                mark,
+            },
+            Some(Err(rejection)) => Prepared::Rejected {
+                rejection,
+                vector,
+                first,
+                mark,
+            },
+        },
+    )
 }
 
 /// Clears the project's mark, if it had one when the attempt opened; whether there was one
@@ -284,7 +357,7 @@ const BATCH_BYTES: u64 = 1 << 20;
 /// A project whose revisions together hold at most this many bytes gets them with its first
 /// observation (no read of its own). The attempt holds twice this against the
 /// memory budget meanwhile: the row as it arrived and the contents taken out of it.
-const INLINE_BYTES: u64 = 256 << 10;
+pub(super) const INLINE_BYTES: u64 = 256 << 10;
 
 /// A revision larger than [`BATCH_BYTES`] is read in slices and parsed as they arrive
 /// ([`RevisionStream`]), so it is never whole in memory. On PostgreSQL a slice reads only its
@@ -366,10 +439,11 @@ async fn build(
     mut builder: SnapshotBuilder,
     lengths: &HashMap<String, StoredLength>,
     mut inline: HashMap<String, Vec<u8>>,
+    room: Room,
     limit: Option<Duration>,
-) -> Result<Result<Snapshot, Rejection>, StoreError> {
+) -> Result<Option<Result<Snapshot, Rejection>>, StoreError> {
     if let Err(r) = builder.check_project() {
-        return Ok(Err(r));
+        return Ok(Some(Err(r)));
     }
     let heads = builder.heads().len();
     let (mut next, mut total) = (0, 0);
@@ -391,19 +465,27 @@ async fn build(
             }
             [(i, approved, digest)] if need > BATCH_BYTES => {
                 let head = (*i, approved.as_slice(), digest.as_str());
-                read_in_slices(a, budget, builder, head, need, limit).await?
+                match read_in_slices(a, budget, builder, head, need, room, limit).await? {
+                    Some(read) => read,
+                    None => return Ok(None),
+                }
             }
-            _ => read_together(a, budget, builder, batch, need, limit).await?,
+            _ => match read_together(a, budget, builder, batch, need, room, limit).await? {
+                Some(read) => read,
+                None => return Ok(None),
+            },
         };
         total += need;
         if let Err(r) = added {
-            return Ok(Err(r));
+            return Ok(Some(Err(r)));
         }
         if let Some(r) = failed {
-            return Ok(Err(r));
+            return Ok(Some(Err(r)));
         }
     }
-    cpu(total >= OFFLOAD_BYTES as u64, move || builder.finish()).await
+    cpu(total >= OFFLOAD_BYTES as u64, move || builder.finish())
+        .await
+        .map(Some)
 }
 
 /// One large revision, `need` stored bytes, read slice by slice into a [`RevisionStream`]. The
@@ -415,8 +497,9 @@ async fn read_in_slices(
     builder: SnapshotBuilder,
     (i, approved, digest): (usize, &[String], &str),
     need: u64,
+    room: Room,
     limit: Option<Duration>,
-) -> Result<(SnapshotBuilder, Result<(), Rejection>), StoreError> {
+) -> Result<Option<(SnapshotBuilder, Result<(), Rejection>)>, StoreError> {
     // What is held while a slice is parsed: on PostgreSQL the driver's read buffer, which the
     // row borrows (up to two slices while it grows); on SQLite the whole value SQLite loaded to
     // cut the slice, the slice and its copy in the row.
@@ -424,7 +507,9 @@ async fn read_in_slices(
         Dialect::Postgres => (SLICE_BYTES_PG, 2 * SLICE_BYTES_PG.min(need)),
         Dialect::Sqlite => (SLICE_BYTES_SQLITE, need + 2 * SLICE_BYTES_SQLITE.min(need)),
     };
-    let _reservation = budget.reserve(held + parse_held(need)).await;
+    let Some(_reservation) = room.hold(budget, held + parse_held(need)).await else {
+        return Ok(None);
+    };
     let package = builder.heads()[i].package_name.clone();
     let mut stream = RevisionStream::new(&package, approved);
     let mut offset = 0;
@@ -453,6 +538,7 @@ async fn read_in_slices(
         (builder, added)
     })
     .await
+    .map(Some)
 }
 
 /// Several revisions (together at most [`BATCH_BYTES`], or one that fits) in one statement.
@@ -462,9 +548,12 @@ async fn read_together(
     builder: SnapshotBuilder,
     batch: Vec<(usize, Vec<String>, String)>,
     need: u64,
+    room: Room,
     limit: Option<Duration>,
-) -> Result<(SnapshotBuilder, Result<(), Rejection>), StoreError> {
-    let _reservation = budget.reserve(need + parse_held(need)).await;
+) -> Result<Option<(SnapshotBuilder, Result<(), Rejection>)>, StoreError> {
+    let Some(_reservation) = room.hold(budget, need + parse_held(need)).await else {
+        return Ok(None);
+    };
     let digests: Vec<&str> = batch.iter().map(|(_, _, d)| d.as_str()).collect();
     let revisions = answered(limit, a.revision_contents(&digests)).await?;
     if let Some((_, _, d)) = batch.iter().find(|(_, _, d)| !revisions.contains_key(d)) {
@@ -472,7 +561,7 @@ async fn read_together(
             "revision {d} vanished while read"
         )));
     }
-    feed(builder, batch, revisions).await
+    feed(builder, batch, revisions).await.map(Some)
 }
 
 /// Revision bytes as a batch holds them: borrowed from the rows they came in, or owned.

@@ -3,13 +3,14 @@
 //! "database down" flag.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBuilder};
 use tokio::sync::{Mutex, mpsc};
 
-use super::attempt::{Step, attempt, attempt_batch};
+use super::attempt::{Step, attempt};
+use super::batch::attempt_batch;
 use super::{MemoryBudget, RunSettings, Stop};
 use crate::report::{Outcome, Unresolved};
 use crate::store::{Session, Store};
@@ -31,6 +32,8 @@ pub(super) struct Crew {
     database_down: Arc<AtomicBool>,
     /// Why the run stopped on a cause no retry heals, if it did (the first one).
     halted: Arc<std::sync::OnceLock<String>>,
+    /// Batch attempts made, and those that failed as a whole.
+    batches: Arc<(AtomicU64, AtomicU64)>,
 }
 
 impl Crew {
@@ -44,6 +47,7 @@ impl Crew {
             stop,
             database_down: Arc::new(AtomicBool::new(false)),
             halted: Arc::default(),
+            batches: Arc::default(),
         }
     }
 
@@ -84,48 +88,80 @@ impl Crew {
     /// worth another (a drift, a claim held elsewhere) goes on alone with the attempts it has
     /// left, after its backoff; and when the batch failed as a whole (a statement failed for
     /// a cause that is no one project's, or the commit), each is built alone from its first
-    /// attempt, so a poisoned project ends only itself. `None` for a project not started
-    /// because the run was stopped first.
+    /// attempt, so a poisoned project ends only itself. A batch that closed early for memory
+    /// leaves the rest to the next batch, its first project alone when it found no room even
+    /// first. `None` for a project not started because the run was stopped first.
     pub(super) async fn process_batch(
         &self,
         session: &mut Session,
         projects: &[String],
     ) -> Vec<Option<Outcome>> {
-        if self.stop.is_set() {
-            return vec![None; projects.len()];
-        }
-        let tried = tokio::select! {
-            biased;
-            tried = attempt_batch(session, &self.budget, projects) => tried,
-            // The transaction is dropped and rolls back: nothing of the batch is written.
-            () = self.stop.abandoned() => return vec![Some(abandoned()); projects.len()],
-        };
-        let steps = match tried {
-            Ok(steps) => steps,
-            Err(e) => {
-                tracing::debug!(error = %e, projects = projects.len(), "the batch failed as a whole; each project is built alone");
-                let mut out = Vec::with_capacity(projects.len());
-                for p in projects {
-                    out.push(self.process(session, p).await);
-                }
-                return out;
-            }
-        };
         let mut out = Vec::with_capacity(projects.len());
-        for (p, step) in projects.iter().zip(steps) {
-            let outcome = match step {
-                Step::Done(o) => Some(o),
-                first => {
-                    tokio::select! {
-                        biased;
-                        o = self.attempts_after(session, p, first) => Some(o),
-                        () = self.stop.abandoned() => Some(abandoned()),
-                    }
+        let mut rest = projects;
+        while !rest.is_empty() {
+            if self.stop.is_set() {
+                out.extend(std::iter::repeat_n(None, rest.len()));
+                break;
+            }
+            self.batches.0.fetch_add(1, Ordering::Relaxed);
+            let tried = tokio::select! {
+                biased;
+                tried = attempt_batch(session, &self.budget, rest, self.snapshot_share()) => tried,
+                // The transaction is dropped and rolls back: nothing of the batch is written.
+                () = self.stop.abandoned() => {
+                    out.extend(std::iter::repeat_n(Some(abandoned()), rest.len()));
+                    break;
                 }
             };
-            out.push(outcome);
+            let steps = match tried {
+                Ok(steps) if steps.is_empty() => {
+                    // Not even the first project's revisions fit what is free now: it waits
+                    // for the budget alone, holding nothing else.
+                    out.push(self.process(session, &rest[0]).await);
+                    rest = &rest[1..];
+                    continue;
+                }
+                Ok(steps) => steps,
+                Err(e) => {
+                    self.batches.1.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(error = %e, projects = rest.len(), "the batch failed as a whole; each project is built alone");
+                    for p in rest {
+                        out.push(self.process(session, p).await);
+                    }
+                    break;
+                }
+            };
+            let decided = steps.len().min(rest.len());
+            for (p, step) in rest.iter().zip(steps) {
+                let outcome = match step {
+                    Step::Done(o) => Some(o),
+                    first => {
+                        tokio::select! {
+                            biased;
+                            o = self.attempts_after(session, p, first) => Some(o),
+                            () = self.stop.abandoned() => Some(abandoned()),
+                        }
+                    }
+                };
+                out.push(outcome);
+            }
+            rest = &rest[decided..];
         }
         out
+    }
+
+    /// How the run's batches went.
+    pub(super) fn batch_tally(&self) -> super::BatchTally {
+        super::BatchTally {
+            attempts: self.batches.0.load(Ordering::Relaxed),
+            failed: self.batches.1.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The most a worker's batch may hold of the memory budget in planned snapshots: its
+    /// share of the budget.
+    fn snapshot_share(&self) -> u64 {
+        self.settings.memory_budget / self.settings.concurrency.max(1) as u64
     }
 
     /// [`Crew::process`]'s attempts, with their backoff.

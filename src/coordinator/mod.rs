@@ -2,6 +2,7 @@
 //! attempts with jittered exponential backoff, final probes and cooperative shutdown.
 
 mod attempt;
+mod batch;
 mod budget;
 mod crew;
 mod lanes;
@@ -165,6 +166,18 @@ pub struct RunReport {
     pub summary: RunSummary,
     /// Final outcome per project attempted (past [`KEPT_OUTCOMES`], without detail or digest).
     pub outcomes: BTreeMap<String, Outcome>,
+    /// How the run's batches went (`--batch-size` above 1).
+    pub batches: BatchTally,
+}
+
+/// How a run's batches went: for benchmarks, tests and the debug log; the summary counts
+/// projects, never batches (contract section 9).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BatchTally {
+    /// Batch attempts made (a batch closed early for memory and its rest count as two).
+    pub attempts: u64,
+    /// Of those, the ones that failed as a whole and were built again project by project.
+    pub failed: u64,
 }
 
 impl<'a> Coordinator<'a> {
@@ -501,6 +514,10 @@ impl<'a> Coordinator<'a> {
             left_pending,
             self.crew.settings.fail_on_rejected,
         );
-        RunReport { summary, outcomes }
+        RunReport {
+            summary,
+            outcomes,
+            batches: self.crew.batch_tally(),
+        }
     }
 }

@@ -25,7 +25,10 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{ConnectOptions as _, PgPool, SqlitePool};
 
 pub(crate) use attempt::on_conn;
-pub use attempt::{Appending, Attempt, ClaimState, Opening, Replay, RevisionBytes, Scope};
+pub use attempt::{
+    Appending, Attempt, ClaimState, Finished, Finishing, Opening, Replay, RevisionBytes, Scope,
+    Write,
+};
 pub use dialect::{Dialect, Statement};
 pub use error::StoreError;
 use primary::PgTarget;

@@ -62,6 +62,10 @@ async fn batches_keep_each_projects_outcome(batched: Store, alone: Store) {
     let with_batches = run_at(&batched, 8).await;
     let one_by_one = run_at(&alone, 1).await;
     assert_eq!(ends(&with_batches.outcomes), ends(&one_by_one.outcomes));
+    // The batches did the work: none failed as a whole and was built again one by one.
+    let b = with_batches.batches;
+    assert!(b.attempts >= 5 && b.failed == 0, "{b:?}");
+    assert_eq!(one_by_one.batches.attempts, 0);
     let projects = with_batches.outcomes.len() as u64;
     assert!(projects > 40, "{projects}");
     let s = &with_batches.summary;
@@ -121,6 +125,7 @@ mod on_postgres {
             assert_eq!(locked, 1);
             let report = run_at(&store, 8).await;
             held.rollback().await.unwrap();
+            assert_eq!(report.batches.failed, 0, "{:?}", report.batches);
             let mine = &report.outcomes["p00005"];
             assert_eq!(mine.reason(), Some("claimed-elsewhere"), "{mine:?}");
             assert_eq!(report.summary.claimed_elsewhere, 1, "{:?}", report.summary);

@@ -4,8 +4,18 @@
 //! others, and the batch commits once. The savepoint's name is the same for every project:
 //! they follow one another, never nest.
 
+use sqlx::Row;
+use sqlx::postgres::PgRow;
+
+use super::open::{
+    cap, heads_from_arrays, heads_in_array_order, inline_contents, misaligned,
+    rejections_that_stand, sort_heads, stored_lengths,
+};
 use super::*;
-use crate::StoreError;
+use crate::{ObservedHead, StoreError, rows, sql};
+use package_executor_core::planner::Snapshot;
+use package_executor_core::rejection::Rejection;
+use package_executor_core::source_key::source_key;
 
 /// The savepoint statements, the same in both dialects.
 const SAVEPOINT: &str = "SAVEPOINT pe_project";
@@ -37,5 +47,271 @@ impl Attempt<'_> {
     pub async fn undo_project(&mut self) -> Result<(), StoreError> {
         self.run_plain(ROLLBACK_TO).await?;
         self.run_plain(RELEASE).await
+    }
+}
+
+/// What a batch's project asks of the batch's last statement ([`Attempt::finish_batch`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Finishing<'s> {
+    /// The project.
+    pub project_id: &'s str,
+    /// The version of its mark read when the batch opened, if it was marked.
+    pub mark: Option<i64>,
+    /// What it writes besides clearing its mark.
+    pub write: Write<'s>,
+}
+
+/// What a batch's project writes when it finishes.
+#[derive(Clone, Copy, Debug)]
+pub enum Write<'s> {
+    /// Nothing but its mark: an outcome read, not built (already current, a rejection that
+    /// stands).
+    Nothing,
+    /// Its snapshot, if the second observation equals `first`.
+    Snapshot {
+        /// The planned snapshot.
+        snapshot: &'s Snapshot,
+        /// The first observation.
+        first: &'s [ObservedHead],
+    },
+    /// Its rejection (recorded only when `record`), if the second observation equals `first`.
+    Rejection {
+        /// The rejected vector's digest.
+        vector: &'s str,
+        /// The rejection.
+        rejection: &'s Rejection,
+        /// The first observation.
+        first: &'s [ObservedHead],
+    },
+}
+
+/// How a batch's project finished.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Finished {
+    /// The heads the second observation saw when they differ from the first (nothing of the
+    /// project was written); `None` when they are equal or were not observed.
+    pub drifted: Option<Vec<ObservedHead>>,
+    /// Whether its snapshot row was inserted.
+    pub inserted: bool,
+}
+
+impl Attempt<'_> {
+    /// Opens a batch (PostgreSQL, [`sql::OPEN_BATCH_PG`]): one [`Opening`] per project, in the
+    /// order given; a project another executor holds has `claimed` false and nothing else. The
+    /// current proof runs, under the claim, for each project that has a snapshot at all.
+    pub async fn open_batch(
+        &mut self,
+        projects: &[String],
+        inline: Option<u64>,
+    ) -> Result<Vec<Opening>, StoreError> {
+        let Attempt::Pg(tx) = self else {
+            return Err(batch_on_sqlite());
+        };
+        let rows = sqlx::query(sql::OPEN_BATCH_PG)
+            .bind(projects)
+            .bind(cap(inline))
+            .fetch_all(&mut **tx)
+            .await?;
+        if rows.len() != projects.len() {
+            return Err(misaligned());
+        }
+        let mut openings = Vec::with_capacity(rows.len());
+        for (row, project_id) in rows.iter().zip(projects) {
+            let (opening, has_snapshot) = opening_from_row(row)?;
+            let current = if has_snapshot {
+                sqlx::query_scalar(sql::CURRENT_DIGEST_PG)
+                    .bind(project_id)
+                    .fetch_optional(&mut **tx)
+                    .await?
+                    .map(rows::digest)
+                    .transpose()?
+            } else {
+                None
+            };
+            openings.push(Opening { current, ..opening });
+        }
+        Ok(openings)
+    }
+
+    /// Finishes a batch (PostgreSQL, [`sql::FINISH_BATCH_PG`]): every entry's writes in one
+    /// statement, each gated on its own second observation. One [`Finished`] per entry, in
+    /// order.
+    pub async fn finish_batch(
+        &mut self,
+        entries: &[Finishing<'_>],
+    ) -> Result<Vec<Finished>, StoreError> {
+        let Attempt::Pg(tx) = self else {
+            return Err(batch_on_sqlite());
+        };
+        let columns = FinishColumns::new(entries);
+        let rows = sqlx::query(sql::FINISH_BATCH_PG)
+            .bind(&columns.project_ids)
+            .bind(&columns.vectors)
+            .bind(&columns.definition_digests)
+            .bind(&columns.snapshot_digests)
+            .bind(&columns.package_counts)
+            .bind(&columns.definition_counts)
+            .bind(&columns.documents)
+            .bind(&columns.source_keys)
+            .bind(&columns.marks)
+            .bind(&columns.reasons)
+            .bind(&columns.details)
+            .bind(&columns.observe)
+            .bind(&columns.head_entries)
+            .bind(&columns.package_names)
+            .bind(&columns.installation_ids)
+            .bind(&columns.generations)
+            .bind(&columns.generation_digests)
+            .bind(&columns.lock_digests)
+            .bind(&columns.revision_digests)
+            .bind(&columns.permissions)
+            .fetch_all(&mut **tx)
+            .await?;
+        if rows.len() != entries.len() {
+            return Err(misaligned());
+        }
+        rows.iter()
+            .map(|row| {
+                let steady: bool = row.try_get("steady")?;
+                Ok(Finished {
+                    drifted: if steady {
+                        None
+                    } else {
+                        Some(heads_from_arrays(row)?)
+                    },
+                    inserted: row.try_get::<Option<i64>, _>("snapshot_id")?.is_some(),
+                })
+            })
+            .collect()
+    }
+}
+
+fn batch_on_sqlite() -> StoreError {
+    StoreError::Other(
+        "a batch's set statements are PostgreSQL's; SQLite builds a batch project by project \
+         (this is a bug, please report it)"
+            .into(),
+    )
+}
+
+/// An `OPEN_PG` or `OPEN_BATCH_PG` row as an [`Opening`] without its current proof, and whether
+/// the project has a snapshot at all (so whether the proof is worth asking).
+pub(super) fn opening_from_row(row: &PgRow) -> Result<(Opening, bool), StoreError> {
+    let claimed: bool = row.try_get("claimed")?;
+    let mut heads = heads_in_array_order(row)?;
+    // Aligned with the heads as they came; NULL where the revision row is missing (and
+    // contents NULL unless they all fit the cap).
+    let byte_lengths: Vec<Option<i64>> = row.try_get("byte_lengths")?;
+    let actual_lengths: Vec<Option<i64>> = row.try_get("actual_lengths")?;
+    let contents: Vec<Option<Vec<u8>>> = row.try_get("inline_contents")?;
+    if [byte_lengths.len(), actual_lengths.len(), contents.len()]
+        .iter()
+        .any(|&len| len != heads.len())
+    {
+        return Err(misaligned());
+    }
+    let lengths = stored_lengths(
+        heads
+            .iter()
+            .zip(byte_lengths.into_iter().zip(actual_lengths)),
+    );
+    let inline = inline_contents(heads.iter().zip(contents));
+    sort_heads(&mut heads);
+    let vectors: Vec<String> = row.try_get("rejected_vectors")?;
+    let reasons: Vec<String> = row.try_get("rejected_reasons")?;
+    let details: Vec<String> = row.try_get("rejected_details")?;
+    let rejections = rejections_that_stand(
+        vectors
+            .into_iter()
+            .zip(reasons.into_iter().zip(details))
+            .map(|(v, (reason, detail))| (v, reason, detail)),
+    )?;
+    let opening = Opening {
+        claimed,
+        current: None,
+        heads,
+        lengths,
+        rejections,
+        mark: row.try_get("mark_version")?,
+        inline,
+    };
+    Ok((opening, row.try_get("has_snapshot")?))
+}
+
+/// [`sql::FINISH_BATCH_PG`]'s parameters: one column per array, entries in order, and the
+/// first observations' heads flattened with the (1-based) position of their entry.
+#[derive(Default)]
+struct FinishColumns<'s> {
+    project_ids: Vec<&'s str>,
+    vectors: Vec<Option<&'s str>>,
+    definition_digests: Vec<Option<&'s str>>,
+    snapshot_digests: Vec<Option<&'s str>>,
+    package_counts: Vec<Option<i32>>,
+    definition_counts: Vec<Option<i32>>,
+    documents: Vec<Option<&'s [u8]>>,
+    source_keys: Vec<Option<String>>,
+    marks: Vec<Option<i64>>,
+    reasons: Vec<Option<&'static str>>,
+    details: Vec<Option<&'s str>>,
+    observe: Vec<bool>,
+    head_entries: Vec<i64>,
+    package_names: Vec<&'s str>,
+    installation_ids: Vec<&'s str>,
+    generations: Vec<i64>,
+    generation_digests: Vec<&'s str>,
+    lock_digests: Vec<&'s str>,
+    revision_digests: Vec<&'s str>,
+    permissions: Vec<&'s str>,
+}
+
+impl<'s> FinishColumns<'s> {
+    fn new(entries: &[Finishing<'s>]) -> Self {
+        let mut c = Self::default();
+        for (i, entry) in entries.iter().enumerate() {
+            c.project_ids.push(entry.project_id);
+            c.marks.push(entry.mark);
+            let (snapshot, rejection, first) = match entry.write {
+                Write::Nothing => (None, None, None),
+                Write::Snapshot { snapshot, first } => (Some(snapshot), None, Some(first)),
+                Write::Rejection {
+                    vector,
+                    rejection,
+                    first,
+                } => (None, Some((vector, rejection)), Some(first)),
+            };
+            c.vectors.push(
+                snapshot
+                    .map(|s| s.active_vector_digest.as_str())
+                    .or(rejection.map(|(v, _)| v)),
+            );
+            c.definition_digests
+                .push(snapshot.map(|s| s.definition_digest.as_str()));
+            c.snapshot_digests
+                .push(snapshot.map(|s| s.snapshot_digest.as_str()));
+            // The limits keep both counts far below i32::MAX (128 each).
+            c.package_counts
+                .push(snapshot.map(|s| i32::try_from(s.sources.len()).unwrap_or(i32::MAX)));
+            c.definition_counts
+                .push(snapshot.map(|s| i32::try_from(s.definition_count).unwrap_or(i32::MAX)));
+            c.documents
+                .push(snapshot.map(|s| s.canonical_json.as_slice()));
+            c.source_keys.push(snapshot.map(|s| source_key(&s.sources)));
+            let recorded = rejection.filter(|(_, r)| r.recorded);
+            c.reasons.push(recorded.map(|(_, r)| r.code.as_str()));
+            c.details.push(recorded.map(|(_, r)| r.detail.as_str()));
+            c.observe.push(first.is_some());
+            for o in first.unwrap_or_default() {
+                let h = &o.head;
+                c.head_entries.push(i as i64 + 1);
+                c.package_names.push(&h.package_name);
+                c.installation_ids.push(&h.installation_id);
+                c.generations.push(h.generation);
+                c.generation_digests.push(&h.generation_digest);
+                c.lock_digests.push(&h.lock_digest);
+                c.revision_digests.push(&h.revision_digest);
+                c.permissions.push(&h.approved_permissions);
+            }
+        }
+        c
     }
 }

@@ -11,6 +11,7 @@ mod reads;
 mod revisions;
 mod write;
 
+pub use batch::{Finished, Finishing, Write};
 pub use open::{ClaimState, Opening};
 pub use reads::Scope;
 pub use revisions::RevisionBytes;

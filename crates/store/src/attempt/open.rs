@@ -237,37 +237,8 @@ impl Attempt<'_> {
                     .bind(cap(inline))
                     .fetch_one(&mut **tx)
                     .await?;
-                let claimed: bool = row.try_get("claimed")?;
-                let mut heads = heads_in_array_order(&row)?;
-                // Aligned with the heads as they came; NULL where the revision row is missing
-                // (and contents NULL unless they all fit the cap).
-                let byte_lengths: Vec<Option<i64>> = row.try_get("byte_lengths")?;
-                let actual_lengths: Vec<Option<i64>> = row.try_get("actual_lengths")?;
-                let contents: Vec<Option<Vec<u8>>> = row.try_get("inline_contents")?;
-                if [byte_lengths.len(), actual_lengths.len(), contents.len()]
-                    .iter()
-                    .any(|&len| len != heads.len())
-                {
-                    return Err(misaligned());
-                }
-                let lengths = stored_lengths(
-                    heads
-                        .iter()
-                        .zip(byte_lengths.into_iter().zip(actual_lengths)),
-                );
-                let inline = inline_contents(heads.iter().zip(contents));
-                sort_heads(&mut heads);
-                let vectors: Vec<String> = row.try_get("rejected_vectors")?;
-                let reasons: Vec<String> = row.try_get("rejected_reasons")?;
-                let details: Vec<String> = row.try_get("rejected_details")?;
-                let rejections = rejections_that_stand(
-                    vectors
-                        .into_iter()
-                        .zip(reasons.into_iter().zip(details))
-                        .map(|(v, (reason, detail))| (v, reason, detail)),
-                )?;
-                let mark: Option<i64> = row.try_get("mark_version")?;
-                let current = if row.try_get("has_snapshot")? {
+                let (opening, has_snapshot) = super::batch::opening_from_row(&row)?;
+                let current = if has_snapshot {
                     sqlx::query_scalar(sql::CURRENT_DIGEST_PG)
                         .bind(project_id)
                         .fetch_optional(&mut **tx)
@@ -277,15 +248,7 @@ impl Attempt<'_> {
                 } else {
                     None
                 };
-                Ok(Opening {
-                    claimed,
-                    current,
-                    heads,
-                    lengths,
-                    rejections,
-                    mark,
-                    inline,
-                })
+                Ok(Opening { current, ..opening })
             }
             Attempt::Lite(tx) => {
                 // One writer per file: the claim always succeeds.

@@ -108,3 +108,161 @@ FROM clr CROSS JOIN (",
     "
 ) AS h"
 );
+
+/// Opens a batch's attempt in one PostgreSQL statement: [`OPEN_PG`] for every project of `$1`
+/// at once, one row each, in the order given. The claims are one `SKIP LOCKED` scan of the
+/// batch's claim rows, so a project another executor holds is left out at once (its row says
+/// `claimed` false and nothing else was read for it), and the rest are claimed together. The
+/// inline cap `$2` holds for each project on its own.
+pub const OPEN_BATCH_PG: &str = concat!(
+    "
+WITH b AS MATERIALIZED (
+  SELECT b.project_id, b.ord FROM unnest($1::text[]) WITH ORDINALITY AS b(project_id, ord)
+), k AS MATERIALIZED (
+  SELECT k.project_id FROM ql3.project_claims AS k WHERE k.project_id = ANY($1::text[])
+  FOR UPDATE SKIP LOCKED
+), c AS MATERIALIZED (
+  SELECT b.project_id, b.ord, EXISTS (SELECT 1 FROM k WHERE k.project_id = b.project_id) AS claimed
+  FROM b
+)
+SELECT c.project_id, c.claimed,
+       c.claimed AND EXISTS (SELECT 1 FROM ql3.tool_definition_snapshots AS s0
+                             WHERE s0.project_id = c.project_id) AS has_snapshot,
+       (SELECT m.version FROM ql3.pending_projects AS m
+        WHERE m.project_id = c.project_id) AS mark_version,
+       h.*, rj.*
+FROM c
+CROSS JOIN LATERAL (",
+    live_heads!(
+        "c.project_id";
+        concat!(
+            length_columns!("octet_length"),
+            inline_column!("sum(octet_length(r.content)) OVER ()", "$2")
+        ),
+        ",
+         coalesce(array_agg(o.byte_length), '{}') AS byte_lengths,
+         coalesce(array_agg(o.actual_length), '{}') AS actual_lengths,
+         coalesce(array_agg(o.inline_content), '{}') AS inline_contents",
+        length_join!(),
+        " AND c.claimed"
+    ),
+    "
+) AS h
+CROSS JOIN LATERAL (
+  SELECT coalesce(array_agg(r.active_vector_digest), '{}') AS rejected_vectors,
+         coalesce(array_agg(r.reason), '{}') AS rejected_reasons,
+         coalesce(array_agg(r.detail), '{}') AS rejected_details
+  FROM ql3.tool_definition_snapshot_rejections AS r
+  WHERE r.project_id = c.project_id AND c.claimed
+) AS rj
+ORDER BY c.ord"
+);
+
+/// Ends a batch's attempt in one PostgreSQL statement, every project's outcome written as if it
+/// had been alone, all in one statement snapshot. One entry per project (`$1`–`$12`, parallel
+/// arrays, in order): its snapshot's columns (NULL `definition_digest` when it publishes
+/// nothing), its mark's version (NULL when it had none), the rejection to record (NULL reason
+/// when none), and whether its writes wait on a second observation (`$12`). The heads of the
+/// first observations, flattened (`$13`–`$20`, `$13` the entry's 1-based position), are what
+/// each second observation must equal, column for column, the status `active` included; they
+/// are also the published snapshots' source rows.
+///
+/// An entry whose second observation differs writes nothing and keeps its mark: its row says
+/// `steady` false and carries the heads seen, for the caller to name the drift. A steady entry
+/// inserts its snapshot (`ON CONFLICT DO NOTHING`, both unique keys arbitrating) with its
+/// source rows, records its rejection, and clears its mark if it still holds the version read
+/// before the build; a snapshot that was not inserted clears the mark only when the same
+/// snapshot is already stored (an exact replay): a different one is `replay-mismatch`, and
+/// one not yet visible is tried again, both of which keep the mark as a rollback would.
+pub const FINISH_BATCH_PG: &str = concat!(
+    "
+WITH p AS MATERIALIZED (
+  SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::int[],
+                       $7::bytea[], $8::text[], $9::bigint[], $10::text[], $11::text[],
+                       $12::bool[])
+    WITH ORDINALITY AS p(project_id, active_vector_digest, definition_digest, snapshot_digest,
+                         package_count, definition_count, canonical_json, source_key, mark,
+                         reason, detail, observe, ord)
+), e AS MATERIALIZED (
+  SELECT * FROM unnest($13::bigint[], $14::text[], $15::text[], $16::bigint[], $17::text[],
+                       $18::text[], $19::text[], $20::text[])
+    AS e(ord, package_name, installation_id, generation, generation_digest, lock_digest,
+         revision_digest, approved_permissions)
+), o AS MATERIALIZED (
+  SELECT p.ord, h.* FROM p CROSS JOIN LATERAL (",
+    heads_query!("p.project_id"; "", "", ""),
+    "
+  ) AS h
+  WHERE p.observe
+), v AS MATERIALIZED (
+  SELECT p.ord,
+         NOT p.observe
+         OR ((SELECT count(*) FROM o WHERE o.ord = p.ord)
+               = (SELECT count(*) FROM e WHERE e.ord = p.ord)
+             AND NOT EXISTS (
+               SELECT 1 FROM e
+               WHERE e.ord = p.ord
+                 AND NOT EXISTS (
+                   SELECT 1 FROM o
+                   WHERE o.ord = e.ord AND o.package_name = e.package_name
+                     AND o.installation_id = e.installation_id
+                     AND o.active_generation = e.generation AND o.status = 'active'
+                     AND o.generation_digest = e.generation_digest
+                     AND o.lock_digest = e.lock_digest
+                     AND o.revision_digest = e.revision_digest
+                     AND o.approved_permissions = e.approved_permissions))) AS steady
+  FROM p
+), ins AS (
+  INSERT INTO ql3.tool_definition_snapshots
+    (project_id, active_vector_digest, definition_digest, snapshot_digest, package_count,
+     definition_count, canonical_json, source_key)
+  SELECT p.project_id, p.active_vector_digest, p.definition_digest, p.snapshot_digest,
+         p.package_count, p.definition_count, p.canonical_json, p.source_key
+  FROM p JOIN v ON v.ord = p.ord
+  WHERE v.steady AND p.definition_digest IS NOT NULL
+  ORDER BY p.ord
+  ON CONFLICT DO NOTHING
+  RETURNING snapshot_id, project_id
+), src AS (
+  INSERT INTO ql3.tool_definition_snapshot_sources
+    (snapshot_id, package_name, installation_id, generation, generation_digest, lock_digest,
+     revision_digest)
+  SELECT i.snapshot_id, e.package_name, e.installation_id, e.generation, e.generation_digest,
+         e.lock_digest, e.revision_digest
+  FROM ins AS i JOIN p ON p.project_id = i.project_id JOIN e ON e.ord = p.ord
+), rej AS (
+  INSERT INTO ql3.tool_definition_snapshot_rejections
+    (project_id, active_vector_digest, reason, detail)
+  SELECT p.project_id, p.active_vector_digest, p.reason, p.detail
+  FROM p JOIN v ON v.ord = p.ord
+  WHERE v.steady AND p.reason IS NOT NULL
+  ON CONFLICT DO NOTHING
+), clr AS MATERIALIZED (
+  SELECT p.ord, ql3.clear_pending_mark(p.project_id, p.mark) AS cleared
+  FROM p JOIN v ON v.ord = p.ord
+  WHERE v.steady AND p.mark IS NOT NULL
+    AND (p.definition_digest IS NULL
+         OR EXISTS (SELECT 1 FROM ins WHERE ins.project_id = p.project_id)
+         OR EXISTS (SELECT 1 FROM ql3.tool_definition_snapshots AS s
+                    WHERE s.project_id = p.project_id
+                      AND s.active_vector_digest = p.active_vector_digest
+                      AND s.snapshot_digest = p.snapshot_digest))
+)
+SELECT p.ord, v.steady, i.snapshot_id, (SELECT count(*) FROM clr) AS cleared,
+       h.package_names, h.installation_ids, h.generations, h.statuses, h.generation_digests,
+       h.lock_digests, h.revision_digests, h.permissions
+FROM p JOIN v ON v.ord = p.ord
+LEFT JOIN ins AS i ON i.project_id = p.project_id
+LEFT JOIN LATERAL (
+  SELECT coalesce(array_agg(o.package_name), '{}') AS package_names,
+         coalesce(array_agg(o.installation_id), '{}') AS installation_ids,
+         coalesce(array_agg(o.active_generation), '{}') AS generations,
+         coalesce(array_agg(o.status), '{}') AS statuses,
+         coalesce(array_agg(o.generation_digest), '{}') AS generation_digests,
+         coalesce(array_agg(o.lock_digest), '{}') AS lock_digests,
+         coalesce(array_agg(o.revision_digest), '{}') AS revision_digests,
+         coalesce(array_agg(o.approved_permissions), '{}') AS permissions
+  FROM o WHERE o.ord = p.ord
+) AS h ON NOT v.steady
+ORDER BY p.ord"
+);

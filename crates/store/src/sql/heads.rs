@@ -5,9 +5,13 @@ use super::*;
 
 /// Live heads of project `$1` joined to their generations, in vector order; at most 129 rows,
 /// which is all `too-many-packages` needs. `$columns`, `$join` and `$gate` add selected
-/// columns, joins and conditions for the combined steps of an attempt.
+/// columns, joins and conditions for the combined steps of an attempt; with a first argument,
+/// the project is that expression instead of `$1` (a batch's `b.project_id`).
 macro_rules! heads_query {
     ($columns:expr, $join:expr, $gate:expr) => {
+        heads_query!("$1"; $columns, $join, $gate)
+    };
+    ($project:expr; $columns:expr, $join:expr, $gate:expr) => {
         concat!(
             "
 SELECT i.package_name, i.installation_id, i.active_generation, g.status,
@@ -19,7 +23,9 @@ LEFT JOIN ql3.package_generations AS g
   ON g.installation_id = i.installation_id AND g.generation = i.active_generation",
             $join,
             "
-WHERE i.project_id = $1 AND i.active_generation IS NOT NULL",
+WHERE i.project_id = ",
+            $project,
+            " AND i.active_generation IS NOT NULL",
             $gate,
             "
 ORDER BY i.package_name
@@ -96,6 +102,9 @@ pub const OBSERVE_WITH_LENGTHS: Statement = statement!(heads_query!(
 /// heads into vector order (an `ORDER BY` per `array_agg` would cost a sort each).
 macro_rules! live_heads {
     ($columns:expr, $arrays:expr, $join:expr, $gate:expr) => {
+        live_heads!("$1"; $columns, $arrays, $join, $gate)
+    };
+    ($project:expr; $columns:expr, $arrays:expr, $join:expr, $gate:expr) => {
         concat!(
             "
   SELECT coalesce(array_agg(o.package_name), '{}') AS package_names,
@@ -109,7 +118,7 @@ macro_rules! live_heads {
             $arrays,
             "
   FROM (",
-            heads_query!($columns, $join, $gate),
+            heads_query!($project; $columns, $join, $gate),
             ") AS o"
         )
     };
