@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use package_executor::coordinator::{Coordinator, LogObserver, RunReport, RunSettings, Stop};
 use package_executor::report::Outcome;
-use package_executor::store::Store;
+use package_executor::store::{Dialect, Store};
 use package_executor_testkit::db::{self, connect, import};
 use package_executor_testkit::{fixtures, pg, within};
 
@@ -84,6 +84,101 @@ async fn batches_keep_each_projects_outcome(batched: Store, alone: Store) {
     assert_eq!(again.summary.published, 0, "{:?}", again.summary);
 }
 
+/// A check the database makes of its own on one project's snapshot (a trigger the test owns):
+/// the database refuses that project's every insert, as it would a forged snapshot.
+const POISONED: &str = "p00003";
+
+async fn poison(store: &Store) {
+    let text = match store.dialect() {
+        Dialect::Postgres => format!(
+            "CREATE FUNCTION public.pe_test_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN RAISE EXCEPTION 'refused by the test''s own check' USING ERRCODE = 'check_violation'; END $$;
+             CREATE TRIGGER pe_test_poison BEFORE INSERT ON ql3.tool_definition_snapshots
+               FOR EACH ROW WHEN (NEW.project_id = '{POISONED}') EXECUTE FUNCTION public.pe_test_poison();"
+        ),
+        Dialect::Sqlite => format!(
+            "CREATE TRIGGER pe_test_poison BEFORE INSERT ON ql3.tool_definition_snapshots
+               WHEN NEW.project_id = '{POISONED}'
+             BEGIN SELECT RAISE(ABORT, 'refused by the test''s own check'); END;"
+        ),
+    };
+    db::script(store, &text).await;
+}
+
+/// Both databases loaded for [`every_kind_in_one_batch`].
+async fn load_every_kind(batched: &Store, alone: &Store) {
+    for store in [batched, alone] {
+        load(store).await;
+        poison(store).await;
+    }
+}
+
+/// The healthy crowd with every rejection (a revision missing among them) and one project the
+/// database refuses, in batches of 8 and one by one: each project ends as it does alone, every
+/// healthy one publishes, and the summary counts projects. `held` names a project whose claim
+/// another executor holds through the run, `drifting` one a control plane keeps re-activating
+/// (PostgreSQL: SQLite has one writer, and a transaction there reads one snapshot throughout).
+async fn every_kind_in_one_batch(
+    batched: Store,
+    alone: Store,
+    held: Option<&str>,
+    drifting: Option<&str>,
+) {
+    let with_batches = run_at(&batched, 8).await;
+    let one_by_one = run_at(&alone, 1).await;
+    let (b, a) = (ends(&with_batches.outcomes), ends(&one_by_one.outcomes));
+    assert_eq!(b.len(), a.len());
+    for (project, end) in &b {
+        if Some(project.as_str()) == drifting {
+            assert!(
+                matches!(end.0.as_str(), "published" | "replayed" | "already-current")
+                    || matches!(end.1.as_str(), "vector-drift" | "generation-drift"),
+                "{project}: {end:?}"
+            );
+            continue;
+        }
+        assert_eq!(Some(end), a.get(project), "{project} ends as it does alone");
+        let healthy =
+            project.starts_with('p') && Some(project.as_str()) != held && project != POISONED;
+        if healthy {
+            assert_eq!(end.0, "published", "{project}: {end:?}");
+        }
+    }
+    assert_eq!(b[POISONED].0, "unresolved", "{:?}", b[POISONED]);
+    if let Some(held) = held {
+        assert_eq!(b[held].1, "claimed-elsewhere", "{:?}", b[held]);
+    }
+    assert!(b.values().any(|e| e.1 == "revision-missing"), "{b:?}");
+    // The poisoned project's batch failed as a whole, once for each of its attempts, and
+    // was built again one by one; every other batch did its work.
+    let tally = with_batches.batches;
+    assert!(
+        tally.failed >= 1 && tally.attempts > tally.failed + 3,
+        "{tally:?}"
+    );
+    let s = &with_batches.summary;
+    assert_eq!(s.projects_scanned, b.len() as u64, "{s:?}");
+    let counted = s.published
+        + s.replayed
+        + s.already_current
+        + s.claimed_elsewhere
+        + s.rejected.total()
+        + s.unresolved.total();
+    assert_eq!(counted, b.len() as u64, "{s:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kind_in_one_batch_on_sqlite() {
+    let (a, _da) = pg::fresh_sqlite().await;
+    let (b, _db) = pg::fresh_sqlite().await;
+    let (a, b) = (connect(&a).await, connect(&b).await);
+    within(300, async {
+        load_every_kind(&a, &b).await;
+        every_kind_in_one_batch(a, b, None, None).await;
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batches_keep_each_projects_outcome_on_sqlite() {
     let (a, _da) = pg::fresh_sqlite().await;
@@ -94,6 +189,67 @@ async fn batches_keep_each_projects_outcome_on_sqlite() {
 
 mod on_postgres {
     use super::*;
+
+    /// Holds `project`'s claim as another executor would, until the transaction ends.
+    async fn hold_claim(url: &str, project: &str) -> package_executor::store::Attempt<'static> {
+        let holder = connect(&pg::as_login(url, "login_executor")).await;
+        let mut held = holder.begin().await.unwrap();
+        let locked: i64 = match &mut held {
+            package_executor::store::Attempt::Pg(tx) => sqlx::query_scalar(
+                "SELECT count(*) FROM (SELECT 1 FROM ql3.project_claims \
+                 WHERE project_id = $1 FOR UPDATE) AS k",
+            )
+            .bind(project)
+            .fetch_one(&mut **tx)
+            .await
+            .unwrap(),
+            _ => unreachable!(),
+        };
+        assert_eq!(locked, 1);
+        held
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_kind_in_one_batch() {
+        let (url_a, url_b) = (pg::fresh_db().await, pg::fresh_db().await);
+        let (batched, alone) = (connect(&url_a).await, connect(&url_b).await);
+        within(300, async {
+            let (held, drifting) = ("p00005", "p00007");
+            load_every_kind(&batched, &alone).await;
+            let claims = (
+                hold_claim(&url_a, held).await,
+                hold_claim(&url_b, held).await,
+            );
+            // A control plane keeps re-activating one project's first package, in the batched
+            // database, until the run ends.
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let mutator = {
+                let (store, stop) = (batched.clone(), stop.clone());
+                tokio::spawn(async move {
+                    let mut flips = 0u64;
+                    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                        let generation = if flips.is_multiple_of(2) { 2 } else { 1 };
+                        package_executor::sources::activate(
+                            &store,
+                            &format!("{drifting}-k0"),
+                            generation,
+                        )
+                        .await
+                        .unwrap();
+                        flips += 1;
+                    }
+                    flips
+                })
+            };
+            super::every_kind_in_one_batch(batched.clone(), alone, Some(held), Some(drifting))
+                .await;
+            stop.store(true, std::sync::atomic::Ordering::SeqCst);
+            assert!(mutator.await.unwrap() > 0);
+            claims.0.rollback().await.unwrap();
+            claims.1.rollback().await.unwrap();
+        })
+        .await;
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn batches_keep_each_projects_outcome() {
@@ -110,19 +266,7 @@ mod on_postgres {
         let store = connect(&url).await;
         within(300, async {
             load(&store).await;
-            let holder = connect(&pg::as_login(&url, "login_executor")).await;
-            let mut held = holder.begin().await.unwrap();
-            let locked: i64 = match &mut held {
-                package_executor::store::Attempt::Pg(tx) => sqlx::query_scalar(
-                    "SELECT count(*) FROM (SELECT 1 FROM ql3.project_claims \
-                     WHERE project_id = 'p00005' FOR UPDATE) AS k",
-                )
-                .fetch_one(&mut **tx)
-                .await
-                .unwrap(),
-                _ => unreachable!(),
-            };
-            assert_eq!(locked, 1);
+            let held = hold_claim(&url, "p00005").await;
             let report = run_at(&store, 8).await;
             held.rollback().await.unwrap();
             assert_eq!(report.batches.failed, 0, "{:?}", report.batches);
