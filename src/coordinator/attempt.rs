@@ -96,8 +96,9 @@ fn not_active(observed: &[ObservedHead]) -> Option<String> {
 
 /// Memory held for revisions that come with a project's first observation: the row as it
 /// arrived and the contents taken out of it, and the parser's state for one of them.
-pub(super) fn inline_reservation(projects: usize) -> u64 {
-    2 * INLINE_BYTES * projects as u64 + parse_held(INLINE_BYTES)
+/// `cap` is the most one project's revisions may hold to come along.
+pub(super) fn inline_reservation(projects: usize, cap: u64) -> u64 {
+    2 * cap * projects as u64 + parse_held(cap)
 }
 
 /// The attempt's body; the bool says whether to commit.
@@ -109,7 +110,7 @@ pub(super) async fn attempt_in(
 ) -> Result<(Step, bool), StoreError> {
     // Memory for revisions that come with the observation, if it is free right now; an
     // attempt never waits for it (it then reads them as usual).
-    let mut inline_memory = budget.try_reserve(inline_reservation(1));
+    let mut inline_memory = budget.try_reserve(inline_reservation(1, INLINE_BYTES));
     let cap = inline_memory.as_ref().map(|_| INLINE_BYTES);
     let opening = answered(limit, a.open_with(project_id, cap)).await?;
     if opening.inline.is_empty() {

@@ -79,6 +79,9 @@ async fn attempt_savepoints(
     Ok((steps, any_kept))
 }
 
+/// The smallest per-project cap for revisions that come with a batch's opening.
+const INLINE_FLOOR: u64 = 16 << 10;
+
 /// A project of a PostgreSQL batch, prepared, with the memory its planned snapshot holds.
 struct Entry {
     prepared: Prepared,
@@ -93,9 +96,13 @@ async fn attempt_set(
     share: u64,
     limit: Option<Duration>,
 ) -> Result<(Vec<Step>, bool), StoreError> {
-    // Revisions come with the opening only if the memory for all of them is free now.
-    let inline_memory = budget.try_reserve(inline_reservation(projects.len()));
-    let cap = inline_memory.as_ref().map(|_| INLINE_BYTES);
+    // Revisions come with the opening only if the memory for all of them is free now. A
+    // project's cap shrinks with the batch so that the whole batch's fit half the worker's
+    // share (most projects' revisions are a few KiB: a large batch of them still comes
+    // along); a project over the cap reads its revisions as a lone attempt does.
+    let cap = (share / 4 / projects.len().max(1) as u64).clamp(INLINE_FLOOR, INLINE_BYTES);
+    let inline_memory = budget.try_reserve(inline_reservation(projects.len(), cap));
+    let cap = inline_memory.as_ref().map(|_| cap);
     let openings = answered(limit, a.open_batch(projects, cap)).await?;
     let mut entries: Vec<Entry> = Vec::with_capacity(projects.len());
     let mut held = 0;

@@ -27,7 +27,7 @@ pub const PAGE_SIZE: u32 = 256;
 pub const CONCURRENCY: u32 = 4;
 /// Projects a worker builds in one transaction (`--batch-size`): docs/benchmarks.md, "Batches",
 /// has the measurement it was chosen by.
-pub const BATCH_SIZE: u32 = 1;
+pub const BATCH_SIZE: u32 = 32;
 /// Attempts per project per pass (`--max-attempts`).
 pub const MAX_ATTEMPTS: u32 = 4;
 /// Fresh passes over what is still pending after the last page (`--final-probes`).
