@@ -234,8 +234,11 @@ mod on_postgres {
                 tokio::spawn(async move {
                     package_executor::coordinator::Coordinator::new(
                         executor,
+                        // One project a transaction, so that what the attempt in flight may
+                        // publish is one project, and the rest show that none began after.
                         package_executor::coordinator::RunSettings {
                             concurrency: 1,
+                            batch_size: 1,
                             ..db::settings()
                         },
                         stop,
