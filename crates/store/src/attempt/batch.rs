@@ -13,6 +13,7 @@ use super::open::{
 };
 use super::*;
 use crate::{ObservedHead, StoreError, rows, sql};
+use package_executor_core::model::Digest;
 use package_executor_core::planner::Snapshot;
 use package_executor_core::rejection::Rejection;
 use package_executor_core::source_key::source_key;
@@ -119,12 +120,7 @@ impl Attempt<'_> {
         for (row, project_id) in rows.iter().zip(projects) {
             let (opening, has_snapshot) = opening_from_row(row)?;
             let current = if has_snapshot {
-                sqlx::query_scalar(sql::CURRENT_DIGEST_PG)
-                    .bind(project_id)
-                    .fetch_optional(&mut **tx)
-                    .await?
-                    .map(rows::digest)
-                    .transpose()?
+                current_digest_pg(tx, project_id).await?
             } else {
                 None
             };
@@ -184,6 +180,20 @@ impl Attempt<'_> {
             })
             .collect()
     }
+}
+
+/// The digest of a project's snapshot proven current, under its claim (PostgreSQL): asked only
+/// of a project that has a snapshot at all.
+pub(super) async fn current_digest_pg(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    project_id: &str,
+) -> Result<Option<Digest>, StoreError> {
+    Ok(sqlx::query_scalar(sql::CURRENT_DIGEST_PG)
+        .bind(project_id)
+        .fetch_optional(&mut **tx)
+        .await?
+        .map(rows::digest)
+        .transpose()?)
 }
 
 fn batch_on_sqlite() -> StoreError {

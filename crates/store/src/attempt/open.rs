@@ -239,12 +239,7 @@ impl Attempt<'_> {
                     .await?;
                 let (opening, has_snapshot) = super::batch::opening_from_row(&row)?;
                 let current = if has_snapshot {
-                    sqlx::query_scalar(sql::CURRENT_DIGEST_PG)
-                        .bind(project_id)
-                        .fetch_optional(&mut **tx)
-                        .await?
-                        .map(rows::digest)
-                        .transpose()?
+                    super::batch::current_digest_pg(tx, project_id).await?
                 } else {
                     None
                 };

@@ -21,6 +21,54 @@ SELECT (SELECT m.version FROM pending_projects AS m WHERE m.project_id = $1) AS 
         WHERE r.project_id = $1) AS rejections"
 ));
 
+/// What opening reads of project `$project` once `c.claimed` says its claim is held: its
+/// snapshot's existence, its mark, its first observation with the revisions' lengths (and their
+/// contents within the cap `$2`), and its recorded rejections; the select list and the laterals
+/// after `FROM c` (shared by [`OPEN_PG`] and [`OPEN_BATCH_PG`]).
+macro_rules! opened {
+    ($project:expr) => {
+        concat!(
+            "c.claimed,
+       c.claimed AND EXISTS (SELECT 1 FROM ql3.tool_definition_snapshots AS s0
+                             WHERE s0.project_id = ",
+            $project,
+            ") AS has_snapshot,
+       (SELECT m.version FROM ql3.pending_projects AS m WHERE m.project_id = ",
+            $project,
+            ") AS mark_version,
+       h.*, rj.*
+FROM c
+CROSS JOIN LATERAL (",
+            live_heads!(
+                $project;
+                concat!(
+                    length_columns!("octet_length"),
+                    // PostgreSQL's window keeps each revision as its TOAST pointer: summing
+                    // the lengths reads no content.
+                    inline_column!("sum(octet_length(r.content)) OVER ()", "$2")
+                ),
+                ",
+         coalesce(array_agg(o.byte_length), '{}') AS byte_lengths,
+         coalesce(array_agg(o.actual_length), '{}') AS actual_lengths,
+         coalesce(array_agg(o.inline_content), '{}') AS inline_contents",
+                length_join!(),
+                " AND c.claimed"
+            ),
+            "
+) AS h
+CROSS JOIN LATERAL (
+  SELECT coalesce(array_agg(r.active_vector_digest), '{}') AS rejected_vectors,
+         coalesce(array_agg(r.reason), '{}') AS rejected_reasons,
+         coalesce(array_agg(r.detail), '{}') AS rejected_details
+  FROM ql3.tool_definition_snapshot_rejections AS r
+  WHERE r.project_id = ",
+            $project,
+            " AND c.claimed
+) AS rj"
+        )
+    };
+}
+
 /// Opens an attempt in one PostgreSQL statement: the claim, then, only when it is held, whether the project has a snapshot at all, the first observation with each
 /// revision's stored lengths, and the project's recorded rejections. When the heads' revisions
 /// together hold at most `$2` bytes, their contents come too (`inline_contents`, aligned with
@@ -43,36 +91,8 @@ WITH k AS MATERIALIZED (
   SELECT k.project_id FROM ql3.project_claims AS k WHERE k.project_id = $1
   FOR UPDATE SKIP LOCKED
 ), c AS MATERIALIZED (SELECT EXISTS (SELECT 1 FROM k) AS claimed)
-SELECT c.claimed,
-       c.claimed AND EXISTS (SELECT 1 FROM ql3.tool_definition_snapshots AS s0
-                             WHERE s0.project_id = $1) AS has_snapshot,
-       (SELECT m.version FROM ql3.pending_projects AS m WHERE m.project_id = $1) AS mark_version,
-       h.*, rj.*
-FROM c
-CROSS JOIN LATERAL (",
-    live_heads!(
-        concat!(
-            length_columns!("octet_length"),
-            // PostgreSQL's window keeps each revision as its TOAST pointer: summing the
-            // lengths reads no content.
-            inline_column!("sum(octet_length(r.content)) OVER ()", "$2")
-        ),
-        ",
-         coalesce(array_agg(o.byte_length), '{}') AS byte_lengths,
-         coalesce(array_agg(o.actual_length), '{}') AS actual_lengths,
-         coalesce(array_agg(o.inline_content), '{}') AS inline_contents",
-        length_join!(),
-        " AND c.claimed"
-    ),
-    "
-) AS h
-CROSS JOIN LATERAL (
-  SELECT coalesce(array_agg(r.active_vector_digest), '{}') AS rejected_vectors,
-         coalesce(array_agg(r.reason), '{}') AS rejected_reasons,
-         coalesce(array_agg(r.detail), '{}') AS rejected_details
-  FROM ql3.tool_definition_snapshot_rejections AS r
-  WHERE r.project_id = $1 AND c.claimed
-) AS rj"
+SELECT ",
+    opened!("$1")
 );
 
 /// Appends in one PostgreSQL statement: the snapshot (`$1`–`$7` and its key `$15`, both unique
@@ -125,36 +145,9 @@ WITH b AS MATERIALIZED (
   SELECT b.project_id, b.ord, EXISTS (SELECT 1 FROM k WHERE k.project_id = b.project_id) AS claimed
   FROM b
 )
-SELECT c.project_id, c.claimed,
-       c.claimed AND EXISTS (SELECT 1 FROM ql3.tool_definition_snapshots AS s0
-                             WHERE s0.project_id = c.project_id) AS has_snapshot,
-       (SELECT m.version FROM ql3.pending_projects AS m
-        WHERE m.project_id = c.project_id) AS mark_version,
-       h.*, rj.*
-FROM c
-CROSS JOIN LATERAL (",
-    live_heads!(
-        "c.project_id";
-        concat!(
-            length_columns!("octet_length"),
-            inline_column!("sum(octet_length(r.content)) OVER ()", "$2")
-        ),
-        ",
-         coalesce(array_agg(o.byte_length), '{}') AS byte_lengths,
-         coalesce(array_agg(o.actual_length), '{}') AS actual_lengths,
-         coalesce(array_agg(o.inline_content), '{}') AS inline_contents",
-        length_join!(),
-        " AND c.claimed"
-    ),
+SELECT c.project_id, ",
+    opened!("c.project_id"),
     "
-) AS h
-CROSS JOIN LATERAL (
-  SELECT coalesce(array_agg(r.active_vector_digest), '{}') AS rejected_vectors,
-         coalesce(array_agg(r.reason), '{}') AS rejected_reasons,
-         coalesce(array_agg(r.detail), '{}') AS rejected_details
-  FROM ql3.tool_definition_snapshot_rejections AS r
-  WHERE r.project_id = c.project_id AND c.claimed
-) AS rj
 ORDER BY c.ord"
 );
 
@@ -253,15 +246,9 @@ SELECT p.ord, v.steady, i.snapshot_id, (SELECT count(*) FROM clr) AS cleared,
        h.lock_digests, h.revision_digests, h.permissions
 FROM p JOIN v ON v.ord = p.ord
 LEFT JOIN ins AS i ON i.project_id = p.project_id
-LEFT JOIN LATERAL (
-  SELECT coalesce(array_agg(o.package_name), '{}') AS package_names,
-         coalesce(array_agg(o.installation_id), '{}') AS installation_ids,
-         coalesce(array_agg(o.active_generation), '{}') AS generations,
-         coalesce(array_agg(o.status), '{}') AS statuses,
-         coalesce(array_agg(o.generation_digest), '{}') AS generation_digests,
-         coalesce(array_agg(o.lock_digest), '{}') AS lock_digests,
-         coalesce(array_agg(o.revision_digest), '{}') AS revision_digests,
-         coalesce(array_agg(o.approved_permissions), '{}') AS permissions
+LEFT JOIN LATERAL (",
+    head_arrays!(),
+    "
   FROM o WHERE o.ord = p.ord
 ) AS h ON NOT v.steady
 ORDER BY p.ord"

@@ -96,6 +96,22 @@ pub const OBSERVE_WITH_LENGTHS: Statement = statement!(heads_query!(
     ""
 ));
 
+/// The select list that aggregates heads `o` (rows of [`OBSERVE_HEADS`]'s columns) into the
+/// parallel arrays an observation's reader takes.
+macro_rules! head_arrays {
+    () => {
+        "
+  SELECT coalesce(array_agg(o.package_name), '{}') AS package_names,
+         coalesce(array_agg(o.installation_id), '{}') AS installation_ids,
+         coalesce(array_agg(o.active_generation), '{}') AS generations,
+         coalesce(array_agg(o.status), '{}') AS statuses,
+         coalesce(array_agg(o.generation_digest), '{}') AS generation_digests,
+         coalesce(array_agg(o.lock_digest), '{}') AS lock_digests,
+         coalesce(array_agg(o.revision_digest), '{}') AS revision_digests,
+         coalesce(array_agg(o.approved_permissions), '{}') AS permissions"
+    };
+}
+
 /// The observation ([`OBSERVE_HEADS`], with `$columns`, `$join` and `$gate` as there) as one
 /// row of parallel arrays, for the combined PostgreSQL steps; `$arrays` aggregates the added
 /// columns. One aggregate pass fills every array, so they stay aligned; the reader sorts the
@@ -106,15 +122,7 @@ macro_rules! live_heads {
     };
     ($project:expr; $columns:expr, $arrays:expr, $join:expr, $gate:expr) => {
         concat!(
-            "
-  SELECT coalesce(array_agg(o.package_name), '{}') AS package_names,
-         coalesce(array_agg(o.installation_id), '{}') AS installation_ids,
-         coalesce(array_agg(o.active_generation), '{}') AS generations,
-         coalesce(array_agg(o.status), '{}') AS statuses,
-         coalesce(array_agg(o.generation_digest), '{}') AS generation_digests,
-         coalesce(array_agg(o.lock_digest), '{}') AS lock_digests,
-         coalesce(array_agg(o.revision_digest), '{}') AS revision_digests,
-         coalesce(array_agg(o.approved_permissions), '{}') AS permissions",
+            head_arrays!(),
             $arrays,
             "
   FROM (",
