@@ -7,7 +7,9 @@
 //! limits (the snapshot being assembled: its kept definition bodies, at most 8 MiB, the
 //! document written from them and the copy the driver sends). A budget smaller than the
 //! largest single read still lets that read run, alone, so the bound counts the larger of the
-//! two. The rest is the process itself. The chart's memory limit is this formula at the
+//! two. A batch's work beyond one snapshot (the revisions that came with its opening, its later
+//! planned snapshots) is reserved against the budget too, without waiting (`batch.rs`), so the
+//! bound holds at any `--batch-size`. The rest is the process itself. The chart's memory limit is this formula at the
 //! chart's values (`pe.memory` in `_pod.tpl`; `tests/it/chart/manifests.rs` holds the two
 //! equal).
 
