@@ -9,9 +9,9 @@
 //! largest single read still lets that read run, alone, so the bound counts the larger of the
 //! two. A batch's work beyond one snapshot (the revisions that came with its opening, its later
 //! planned snapshots) is reserved against the budget too, without waiting (`batch.rs`), so the
-//! bound holds at any `--batch-size`. The rest is the process itself. The chart's memory limit is this formula at the
-//! chart's values (`pe.memory` in `_pod.tpl`; `tests/it/chart/manifests.rs` holds the two
-//! equal).
+//! bound holds at any `--batch-size`. The rest is the process itself. The chart's memory
+//! limit is this formula at the chart's values (`pe.memory` in `_pod.tpl`;
+//! `tests/it/chart/manifests.rs` holds the two equal).
 
 use crate::limits::MAX_SNAPSHOT_BYTES;
 
