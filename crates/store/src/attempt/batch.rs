@@ -5,15 +5,10 @@
 //! they follow one another, never nest.
 
 use sqlx::Row;
-use sqlx::postgres::PgRow;
 
-use super::open::{
-    cap, heads_from_arrays, heads_in_array_order, inline_contents, misaligned,
-    rejections_that_stand, sort_heads, stored_lengths,
-};
+use super::open::{cap, heads_from_arrays, misaligned, opening_from_row};
 use super::*;
 use crate::{ObservedHead, StoreError, rows, sql};
-use package_executor_core::model::Digest;
 use package_executor_core::planner::Snapshot;
 use package_executor_core::rejection::Rejection;
 use package_executor_core::source_key::source_key;
@@ -117,14 +112,25 @@ impl Attempt<'_> {
             return Err(misaligned());
         }
         let mut openings = Vec::with_capacity(rows.len());
+        let mut with_snapshots = Vec::new();
         for (row, project_id) in rows.iter().zip(projects) {
             let (opening, has_snapshot) = opening_from_row(row)?;
-            let current = if has_snapshot {
-                current_digest_pg(tx, project_id).await?
-            } else {
-                None
-            };
-            openings.push(Opening { current, ..opening });
+            if has_snapshot {
+                with_snapshots.push(project_id.as_str());
+            }
+            openings.push(opening);
+        }
+        // The current proof, one statement for all the projects that have a snapshot at all.
+        if !with_snapshots.is_empty() {
+            let current: Vec<(String, String)> = sqlx::query_as(sql::CURRENT_DIGESTS_PG)
+                .bind(&with_snapshots)
+                .fetch_all(&mut **tx)
+                .await?;
+            for (project_id, digest) in current {
+                if let Some(i) = projects.iter().position(|p| *p == project_id) {
+                    openings[i].current = Some(rows::digest(digest)?);
+                }
+            }
         }
         Ok(openings)
     }
@@ -182,70 +188,12 @@ impl Attempt<'_> {
     }
 }
 
-/// The digest of a project's snapshot proven current, under its claim (PostgreSQL): asked only
-/// of a project that has a snapshot at all.
-pub(super) async fn current_digest_pg(
-    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
-    project_id: &str,
-) -> Result<Option<Digest>, StoreError> {
-    Ok(sqlx::query_scalar(sql::CURRENT_DIGEST_PG)
-        .bind(project_id)
-        .fetch_optional(&mut **tx)
-        .await?
-        .map(rows::digest)
-        .transpose()?)
-}
-
 fn batch_on_sqlite() -> StoreError {
     StoreError::Other(
         "a batch's set statements are PostgreSQL's; SQLite builds a batch project by project \
          (this is a bug, please report it)"
             .into(),
     )
-}
-
-/// An `OPEN_PG` or `OPEN_BATCH_PG` row as an [`Opening`] without its current proof, and whether
-/// the project has a snapshot at all (so whether the proof is worth asking).
-pub(super) fn opening_from_row(row: &PgRow) -> Result<(Opening, bool), StoreError> {
-    let claimed: bool = row.try_get("claimed")?;
-    let mut heads = heads_in_array_order(row)?;
-    // Aligned with the heads as they came; NULL where the revision row is missing (and
-    // contents NULL unless they all fit the cap).
-    let byte_lengths: Vec<Option<i64>> = row.try_get("byte_lengths")?;
-    let actual_lengths: Vec<Option<i64>> = row.try_get("actual_lengths")?;
-    let contents: Vec<Option<Vec<u8>>> = row.try_get("inline_contents")?;
-    if [byte_lengths.len(), actual_lengths.len(), contents.len()]
-        .iter()
-        .any(|&len| len != heads.len())
-    {
-        return Err(misaligned());
-    }
-    let lengths = stored_lengths(
-        heads
-            .iter()
-            .zip(byte_lengths.into_iter().zip(actual_lengths)),
-    );
-    let inline = inline_contents(heads.iter().zip(contents));
-    sort_heads(&mut heads);
-    let vectors: Vec<String> = row.try_get("rejected_vectors")?;
-    let reasons: Vec<String> = row.try_get("rejected_reasons")?;
-    let details: Vec<String> = row.try_get("rejected_details")?;
-    let rejections = rejections_that_stand(
-        vectors
-            .into_iter()
-            .zip(reasons.into_iter().zip(details))
-            .map(|(v, (reason, detail))| (v, reason, detail)),
-    )?;
-    let opening = Opening {
-        claimed,
-        current: None,
-        heads,
-        lengths,
-        rejections,
-        mark: row.try_get("mark_version")?,
-        inline,
-    };
-    Ok((opening, row.try_get("has_snapshot")?))
 }
 
 /// [`sql::FINISH_BATCH_PG`]'s parameters: one column per array, entries in order, and the

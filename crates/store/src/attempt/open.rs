@@ -206,6 +206,64 @@ pub(super) fn heads_in_array_order(
     Ok(heads)
 }
 
+/// An `OPEN_PG` or `OPEN_BATCH_PG` row as an [`Opening`] without its current proof, and whether
+/// the project has a snapshot at all (so whether the proof is worth asking).
+pub(super) fn opening_from_row(row: &sqlx::postgres::PgRow) -> Result<(Opening, bool), StoreError> {
+    let claimed: bool = row.try_get("claimed")?;
+    let mut heads = heads_in_array_order(row)?;
+    // Aligned with the heads as they came; NULL where the revision row is missing (and
+    // contents NULL unless they all fit the cap).
+    let byte_lengths: Vec<Option<i64>> = row.try_get("byte_lengths")?;
+    let actual_lengths: Vec<Option<i64>> = row.try_get("actual_lengths")?;
+    let contents: Vec<Option<Vec<u8>>> = row.try_get("inline_contents")?;
+    if [byte_lengths.len(), actual_lengths.len(), contents.len()]
+        .iter()
+        .any(|&len| len != heads.len())
+    {
+        return Err(misaligned());
+    }
+    let lengths = stored_lengths(
+        heads
+            .iter()
+            .zip(byte_lengths.into_iter().zip(actual_lengths)),
+    );
+    let inline = inline_contents(heads.iter().zip(contents));
+    sort_heads(&mut heads);
+    let vectors: Vec<String> = row.try_get("rejected_vectors")?;
+    let reasons: Vec<String> = row.try_get("rejected_reasons")?;
+    let details: Vec<String> = row.try_get("rejected_details")?;
+    let rejections = rejections_that_stand(
+        vectors
+            .into_iter()
+            .zip(reasons.into_iter().zip(details))
+            .map(|(v, (reason, detail))| (v, reason, detail)),
+    )?;
+    let opening = Opening {
+        claimed,
+        current: None,
+        heads,
+        lengths,
+        rejections,
+        mark: row.try_get("mark_version")?,
+        inline,
+    };
+    Ok((opening, row.try_get("has_snapshot")?))
+}
+
+/// The digest of a project's snapshot proven current, under its claim (PostgreSQL): asked only
+/// of a project that has a snapshot at all.
+async fn current_digest_pg(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    project_id: &str,
+) -> Result<Option<Digest>, StoreError> {
+    Ok(sqlx::query_scalar(sql::CURRENT_DIGEST_PG)
+        .bind(project_id)
+        .fetch_optional(&mut **tx)
+        .await?
+        .map(rows::digest)
+        .transpose()?)
+}
+
 impl Attempt<'_> {
     /// One observation: the live heads and their generations (at most 129, in vector order).
     pub async fn observe(&mut self, project_id: &str) -> Result<Vec<ObservedHead>, StoreError> {
@@ -237,9 +295,9 @@ impl Attempt<'_> {
                     .bind(cap(inline))
                     .fetch_one(&mut **tx)
                     .await?;
-                let (opening, has_snapshot) = super::batch::opening_from_row(&row)?;
+                let (opening, has_snapshot) = opening_from_row(&row)?;
                 let current = if has_snapshot {
-                    super::batch::current_digest_pg(tx, project_id).await?
+                    current_digest_pg(tx, project_id).await?
                 } else {
                     None
                 };

@@ -177,8 +177,9 @@ WITH p AS MATERIALIZED (
                          package_count, definition_count, canonical_json, source_key, mark,
                          reason, detail, observe, ord)
 ), e AS MATERIALIZED (
-  SELECT * FROM unnest($13::bigint[], $14::text[], $15::text[], $16::bigint[], $17::text[],
-                       $18::text[], $19::text[], $20::text[])
+  SELECT e.*, 'active' AS status
+  FROM unnest($13::bigint[], $14::text[], $15::text[], $16::bigint[], $17::text[],
+              $18::text[], $19::text[], $20::text[])
     AS e(ord, package_name, installation_id, generation, generation_digest, lock_digest,
          revision_digest, approved_permissions)
 ), o AS MATERIALIZED (
@@ -187,24 +188,17 @@ WITH p AS MATERIALIZED (
     "
   ) AS h
   WHERE p.observe
+), d AS MATERIALIZED (
+  SELECT DISTINCT coalesce(e.ord, o.ord) AS ord
+  FROM e FULL JOIN o
+    ON o.ord = e.ord AND o.package_name = e.package_name
+   AND o.installation_id = e.installation_id AND o.active_generation = e.generation
+   AND o.status = e.status AND o.generation_digest = e.generation_digest
+   AND o.lock_digest = e.lock_digest AND o.revision_digest = e.revision_digest
+   AND o.approved_permissions = e.approved_permissions
+  WHERE e.ord IS NULL OR o.ord IS NULL
 ), v AS MATERIALIZED (
-  SELECT p.ord,
-         NOT p.observe
-         OR ((SELECT count(*) FROM o WHERE o.ord = p.ord)
-               = (SELECT count(*) FROM e WHERE e.ord = p.ord)
-             AND NOT EXISTS (
-               SELECT 1 FROM e
-               WHERE e.ord = p.ord
-                 AND NOT EXISTS (
-                   SELECT 1 FROM o
-                   WHERE o.ord = e.ord AND o.package_name = e.package_name
-                     AND o.installation_id = e.installation_id
-                     AND o.active_generation = e.generation AND o.status = 'active'
-                     AND o.generation_digest = e.generation_digest
-                     AND o.lock_digest = e.lock_digest
-                     AND o.revision_digest = e.revision_digest
-                     AND o.approved_permissions = e.approved_permissions))) AS steady
-  FROM p
+  SELECT p.ord, d.ord IS NULL AS steady FROM p LEFT JOIN d ON d.ord = p.ord
 ), ins AS (
   INSERT INTO ql3.tool_definition_snapshots
     (project_id, active_vector_digest, definition_digest, snapshot_digest, package_count,
@@ -232,10 +226,10 @@ WITH p AS MATERIALIZED (
   ON CONFLICT DO NOTHING
 ), clr AS MATERIALIZED (
   SELECT p.ord, ql3.clear_pending_mark(p.project_id, p.mark) AS cleared
-  FROM p JOIN v ON v.ord = p.ord
+  FROM p JOIN v ON v.ord = p.ord LEFT JOIN ins AS i ON i.project_id = p.project_id
   WHERE v.steady AND p.mark IS NOT NULL
     AND (p.definition_digest IS NULL
-         OR EXISTS (SELECT 1 FROM ins WHERE ins.project_id = p.project_id)
+         OR i.snapshot_id IS NOT NULL
          OR EXISTS (SELECT 1 FROM ql3.tool_definition_snapshots AS s
                     WHERE s.project_id = p.project_id
                       AND s.active_vector_digest = p.active_vector_digest
@@ -249,7 +243,7 @@ LEFT JOIN ins AS i ON i.project_id = p.project_id
 LEFT JOIN LATERAL (",
     head_arrays!(),
     "
-  FROM o WHERE o.ord = p.ord
-) AS h ON NOT v.steady
+  FROM o WHERE o.ord = p.ord AND NOT v.steady
+) AS h ON true
 ORDER BY p.ord"
 );

@@ -97,6 +97,13 @@ pub const MAY_USE_CONSUMER_DOOR_PG: &str = "SELECT has_function_privilege(\
 pub const CURRENT_DIGEST_PG: &str =
     "SELECT f.snapshot_digest FROM ql3.find_current_tool_snapshot($1) AS f";
 
+/// [`CURRENT_DIGEST_PG`] for several projects at once (a batch's that have a snapshot at all):
+/// a row for each project proven current, with its id.
+pub const CURRENT_DIGESTS_PG: &str = "
+SELECT b.project_id, f.snapshot_digest
+FROM unnest($1::text[]) AS b(project_id)
+CROSS JOIN LATERAL ql3.find_current_tool_snapshot(b.project_id) AS f";
+
 /// The text of `FIND_CURRENT_SQLITE`, for statements that embed it: the matches' id and digest,
 /// and `$columns` of the snapshot besides (`, s.x, s.y`). The matches are read twice, so SQLite
 /// materialises them; a column left out is never read (the open step needs no document).
