@@ -232,6 +232,16 @@ impl ServerCpu {
 }
 
 fn run_cli(bin: &PathBuf, url: &str, args: &[&str]) -> (Duration, serde_json::Value) {
+    let (elapsed, v, _) = run_cli_cpu(bin, url, args);
+    (elapsed, v)
+}
+
+/// [`run_cli`], and the server's CPU seconds across the run (when `/proc` tells).
+fn run_cli_cpu(
+    bin: &PathBuf,
+    url: &str,
+    args: &[&str],
+) -> (Duration, serde_json::Value, Option<f64>) {
     let server = ServerCpu::start();
     let before = machine_jiffies();
     // The bench's own reaped children: the executor's CPU once `output` has waited for it.
@@ -264,10 +274,20 @@ fn run_cli(bin: &PathBuf, url: &str, args: &[&str]) -> (Duration, serde_json::Va
         );
     }
     let v = serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
-    (elapsed, v)
+    (elapsed, v, server)
 }
 
 /// Floor/cold-run pairs for the `run` section (`BENCH_PAIRS`, at least 1).
+/// The dialects `BENCH_DIALECTS` names (`postgres`, `sqlite`; both when unset), for the
+/// sections that run on both.
+fn dialects() -> Vec<&'static str> {
+    let named = std::env::var("BENCH_DIALECTS").unwrap_or_else(|_| "postgres,sqlite".into());
+    ["postgres", "sqlite"]
+        .into_iter()
+        .filter(|d| named.split(',').any(|n| n.trim() == *d))
+        .collect()
+}
+
 fn bench_pairs() -> usize {
     std::env::var("BENCH_PAIRS")
         .ok()
@@ -278,16 +298,17 @@ fn bench_pairs() -> usize {
 
 /// The in-server floor: the script named by `PE_FLOOR_SQL` when set (the yardstick kept
 /// outside the repository), else the built-in loop below; its wall time on `url`.
-async fn floor(url: &str) -> (Duration, String) {
+async fn floor(url: &str) -> (Duration, String, Option<f64>) {
     let server = ServerCpu::start();
-    let result = floor_run(url).await;
-    if let Some(cpu) = server.used() {
+    let (took, which) = floor_run(url).await;
+    let cpu = server.used();
+    if let Some(cpu) = cpu {
         println!(
             "    floor: server cpu {cpu:.2}s (wall {:.2}s)",
-            result.0.as_secs_f64()
+            took.as_secs_f64()
         );
     }
-    result
+    (took, which, cpu)
 }
 
 async fn floor_run(url: &str) -> (Duration, String) {
@@ -326,7 +347,7 @@ async fn bench_run(bin: &PathBuf, dir: &std::path::Path) {
         .and_then(|v| v.parse().ok());
     let n: usize = n_env.unwrap_or(20_000);
     let concurrency = std::env::var("BENCH_CONCURRENCY").unwrap_or_else(|_| "4".into());
-    for dialect in ["postgres", "sqlite"] {
+    for dialect in dialects() {
         let url = if dialect == "postgres" {
             pg::clone_db(pg::TEMPLATE, "bench_run").await
         } else {
@@ -369,7 +390,8 @@ async fn bench_run(bin: &PathBuf, dir: &std::path::Path) {
             )),
             _ => None,
         };
-        let (cold, v) = run_cli(bin, &url, &["run", "--json", "--concurrency", &concurrency]);
+        let (cold, v, cold_cpu) =
+            run_cli_cpu(bin, &url, &["run", "--json", "--concurrency", &concurrency]);
         let rate = n as f64 / cold.as_secs_f64();
         println!(
             "[run/{dialect}] cold run: {:.2}s, {rate:.0} projects/s, published {}",
@@ -412,31 +434,39 @@ async fn bench_run(bin: &PathBuf, dir: &std::path::Path) {
         let Some((floor_url, analyzed_url)) = copies else {
             continue;
         };
-        let (took, which) = floor(&floor_url).await;
+        let (took, which, floor_cpu) = floor(&floor_url).await;
         let floor_rate = n as f64 / took.as_secs_f64();
+        // The server's CPU per published snapshot against the floor's per project.
+        let cpu_ratio = |cold: Option<f64>, floor: Option<f64>| cold.zip(floor).map(|(c, f)| c / f);
+        let show = |r: Option<f64>| r.map_or("?".to_string(), |r| format!("{r:.2}x"));
         println!(
-            "[run/postgres] floor ({which}) on a copy: {:.2}s, {floor_rate:.0} projects/s; executor/floor throughput = {:.2}x",
+            "[run/postgres] floor ({which}) on a copy: {:.2}s, {floor_rate:.0} projects/s; executor/floor throughput = {:.2}x, server cpu = {}",
             took.as_secs_f64(),
-            rate / floor_rate
+            rate / floor_rate,
+            show(cpu_ratio(cold_cpu, floor_cpu))
         );
         let mut ratios = vec![rate / floor_rate];
+        let mut cpus: Vec<f64> = cpu_ratio(cold_cpu, floor_cpu).into_iter().collect();
         let mut colds = vec![cold.as_secs_f64()];
         for (i, (floor_url, cold_url)) in pairs.iter().enumerate() {
-            let (took, _) = floor(floor_url).await;
-            let (cold, v) = run_cli(
+            let (took, _, floor_cpu) = floor(floor_url).await;
+            let (cold, v, cold_cpu) = run_cli_cpu(
                 bin,
                 cold_url,
                 &["run", "--json", "--concurrency", &concurrency],
             );
             let ratio = took.as_secs_f64() / cold.as_secs_f64();
+            let cpu = cpu_ratio(cold_cpu, floor_cpu);
             println!(
-                "[run/postgres] pair {}: floor {:.2}s, cold run {:.2}s (published {}); {ratio:.2}x",
+                "[run/postgres] pair {}: floor {:.2}s, cold run {:.2}s (published {}); throughput {ratio:.2}x, server cpu {}",
                 i + 2,
                 took.as_secs_f64(),
                 cold.as_secs_f64(),
-                v["published"]
+                v["published"],
+                show(cpu)
             );
             ratios.push(ratio);
+            cpus.extend(cpu);
             colds.push(cold.as_secs_f64());
         }
         if ratios.len() > 1 {
@@ -444,6 +474,13 @@ async fn bench_run(bin: &PathBuf, dir: &std::path::Path) {
             println!(
                 "[run/postgres] executor/floor throughput over {} pairs: median {middle:.2}x (lowest {lowest:.2}x, highest {highest:.2}x)",
                 ratios.len(),
+            );
+        }
+        if cpus.len() > 1 {
+            let (lowest, middle, highest) = spread(&mut cpus);
+            println!(
+                "[run/postgres] executor/floor server cpu over {} pairs: median {middle:.2}x (lowest {lowest:.2}x, highest {highest:.2}x)",
+                cpus.len(),
             );
         }
         script_at(
@@ -1086,8 +1123,13 @@ async fn bench_batches(bin: &PathBuf, dir: &std::path::Path) {
         .filter_map(|s| s.trim().parse().ok())
         .collect();
     let concurrency = std::env::var("BENCH_CONCURRENCY").unwrap_or_else(|_| "4".into());
+    // `PE_BENCH_SQL`: a script run on each PostgreSQL copy, as its owner, before its run (to
+    // measure a variant of the schema).
+    let variant = std::env::var("PE_BENCH_SQL")
+        .ok()
+        .map(|path| std::fs::read_to_string(path).unwrap());
     let mut points = Vec::new();
-    for dialect in ["postgres", "sqlite"] {
+    for dialect in dialects() {
         let base = if dialect == "postgres" {
             pg::clone_db(pg::TEMPLATE, "bench_batches").await
         } else {
@@ -1096,6 +1138,20 @@ async fn bench_batches(bin: &PathBuf, dir: &std::path::Path) {
         let store = connect(&base).await;
         load(&store, 0, n, 8, 4, 1).await;
         store.close().await;
+        // With `PE_FLOOR_SQL`, the in-server floor on a copy of the same load first: the
+        // yardstick for the server CPU per snapshot below.
+        if dialect == "postgres" && std::env::var_os("PE_FLOOR_SQL").is_some() {
+            let url = pg::clone_db("bench_batches", "bench_batch_floor").await;
+            let server = ServerCpu::start();
+            let (took, _) = floor_run(&url).await;
+            if let Some(cpu) = server.used() {
+                println!(
+                    "[batches/postgres] floor: {:.2}s, server cpu {cpu:.2}s ({:.3} ms a project)",
+                    took.as_secs_f64(),
+                    cpu * 1000.0 / n as f64
+                );
+            }
+        }
         for &size in &sizes {
             let url = if dialect == "postgres" {
                 pg::clone_db("bench_batches", &format!("bench_batch_{size}")).await
@@ -1108,6 +1164,9 @@ async fn bench_batches(bin: &PathBuf, dir: &std::path::Path) {
                 }
                 format!("sqlite://{}", copy.display())
             };
+            if let (Some(text), "postgres") = (&variant, dialect) {
+                script_at(&url, text).await;
+            }
             let server = ServerCpu::start();
             let t = Instant::now();
             let out = Command::new(bin)
@@ -1143,6 +1202,13 @@ async fn bench_batches(bin: &PathBuf, dir: &std::path::Path) {
                 "[batches/{dialect}] --batch-size {size}: {wall:.2}s, {:.0} projects/s{per}, published {published}",
                 published as f64 / wall
             );
+            let conf = std::env::var("PE_PG_CONF").unwrap_or_default();
+            if dialect == "postgres" && conf.contains("pg_stat_statements") {
+                statement_report(&url).await;
+            }
+            if dialect == "postgres" && conf.contains("track_functions") {
+                function_report(&url, published as usize).await;
+            }
             points.push(BatchPoint {
                 dialect,
                 size,
