@@ -1,5 +1,5 @@
 //! Upgrades of a running release to a build one migration ahead (`PE_NEXT_IMAGE`: the
-//! `next-schema` feature, whose migration 14 changes nothing but the schema's version), as
+//! `next-schema` feature, whose last migration changes nothing but the schema's version), as
 //! `scripts/test.sh cluster` builds and imports it beside the release's own image:
 //!
 //! - a recovery Job of the older build that is running when the newer migration commits ends
@@ -170,7 +170,7 @@ fn an_older_builds_job_ends_when_a_newer_migration_commits_and_nothing_stale_is_
     let first = &pods["items"][0]["metadata"]["name"];
     let log = ns.kubectl(&["logs", first.as_str().unwrap()]);
     assert!(
-        log.contains("is version 14, newer than this build's 13"),
+        log.contains(&newer_schema()),
         "{log}"
     );
 
@@ -228,7 +228,7 @@ fn an_atomic_upgrade_is_not_rolled_back_onto_a_build_older_than_the_schema() {
     let check = crate::chart::named(&ns, "job", "rollback-check");
     let log = ns.kubectl(&["logs", &format!("job/{check}")]);
     assert!(
-        log.contains("is version 14, newer than this build's 13"),
+        log.contains(&newer_schema()),
         "{log}"
     );
     let history: Value = serde_json::from_str(&crate::chart::helm(
@@ -256,4 +256,10 @@ fn an_atomic_upgrade_is_not_rolled_back_onto_a_build_older_than_the_schema() {
     for summary in summaries_of(&ns, &job) {
         assert_eq!(summary["exitCode"], 0, "{summary}");
     }
+}
+
+/// What an older build says of the next schema: one migration ahead of this release's.
+fn newer_schema() -> String {
+    let release = package_executor::store::migrate::POSTGRES.len();
+    format!("is version {}, newer than this build's {release}", release + 1)
 }

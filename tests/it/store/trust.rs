@@ -334,7 +334,8 @@ mod on_postgres {
     }
 
     /// Reproduction 3: as the executor's login, a snapshot the database would have taken on trust.
-    /// Each is refused at COMMIT (SQLSTATE 23514), and the consumer keeps getting the real one.
+    /// Each is refused at the end of its statement (SQLSTATE 23514), and the consumer keeps getting
+    /// the real one.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_database_checks_every_snapshot_it_is_given() {
         tokio::time::timeout(LIMIT, async {
@@ -405,6 +406,114 @@ mod on_postgres {
             }
             assert_eq!(scalar(&admin, "SELECT COUNT(*) FROM ql3.tool_definition_snapshots").await, 1);
             assert_eq!(door(&url, "demo-2").await.as_deref(), Some(digest.as_str()));
+        })
+        .await
+        .expect("timed out");
+    }
+
+    /// Snapshots made by hand in SQL, one per `(project, definitions, definition_count, tweak)`,
+    /// inserted with their source rows (the project's live heads) in one statement, in order.
+    /// Every digest is true unless `tweak` says otherwise: `digest` puts a made-up definition
+    /// digest in the row and its document, `tail` names another project at the document's end.
+    fn forge_set(rows: &[(&str, &str, i64, &str)]) -> String {
+        let values: Vec<String> = rows
+            .iter()
+            .enumerate()
+            .map(|(i, (project, defs, count, tweak))| format!("('{project}', '{defs}', {count}, '{tweak}', {i})"))
+            .collect();
+        format!(
+            r#"WITH p(project_id, defs, cnt, tweak, ord) AS (VALUES {}),
+             h AS (
+               SELECT i.project_id, i.package_name, i.installation_id, i.active_generation AS generation,
+                      g.generation_digest, g.lock_digest, g.revision_digest
+               FROM ql3.package_installations AS i JOIN ql3.package_generations AS g
+                 ON g.installation_id = i.installation_id AND g.generation = i.active_generation
+               WHERE i.project_id IN (SELECT p.project_id FROM p)),
+             v AS (
+               SELECT p.project_id, p.defs, p.cnt, p.tweak, p.ord, count(h.package_name) AS n,
+                 '[' || coalesce(string_agg('{{"generation":' || h.generation || ',"generationDigest":"'
+                   || h.generation_digest || '","installationId":"' || h.installation_id
+                   || '","lockDigest":"' || h.lock_digest || '","packageName":"' || h.package_name
+                   || '","revisionDigest":"' || h.revision_digest || '"}}', ',' ORDER BY h.package_name), '')
+                   || ']' AS vector,
+                 coalesce(string_agg(substr(h.generation_digest, 8, 8) || substr(h.revision_digest, 8, 8), ''
+                   ORDER BY h.package_name), '') AS key
+               FROM p LEFT JOIN h ON h.project_id = p.project_id
+               GROUP BY p.project_id, p.defs, p.cnt, p.tweak, p.ord),
+             x AS (
+               SELECT v.*,
+                 'sha256:' || encode(sha256(convert_to('{{"packages":' || v.vector || ',"projectId":"'
+                   || v.project_id || '","schema":"qinglong/active-vector@v1"}}', 'UTF8')), 'hex') AS avd,
+                 CASE v.tweak WHEN 'digest' THEN 'sha256:' || repeat('1', 64)
+                   ELSE 'sha256:' || encode(sha256(convert_to('{{"definitions":' || v.defs
+                     || ',"schema":"qinglong/tool-definitions@v1"}}', 'UTF8')), 'hex') END AS dd
+               FROM v),
+             y AS (
+               SELECT x.*, convert_to('{{"activeVector":' || x.vector || ',"activeVectorDigest":"' || x.avd
+                 || '","definitionDigest":"' || x.dd || '","definitions":' || x.defs || ',"projectId":"'
+                 || CASE x.tweak WHEN 'tail' THEN 'another' ELSE x.project_id END
+                 || '","schema":"qinglong/project-tool-definition-snapshot@v1"}}', 'UTF8') AS doc
+               FROM x),
+             s AS (
+               INSERT INTO ql3.tool_definition_snapshots (project_id, active_vector_digest,
+                 definition_digest, snapshot_digest, package_count, definition_count, canonical_json,
+                 source_key)
+               SELECT y.project_id, y.avd, y.dd, 'sha256:' || encode(sha256(y.doc), 'hex'), y.n, y.cnt,
+                      y.doc, y.key
+               FROM y ORDER BY y.ord
+               RETURNING snapshot_id, project_id)
+             INSERT INTO ql3.tool_definition_snapshot_sources
+             SELECT s.snapshot_id, h.package_name, h.installation_id, h.generation, h.generation_digest,
+                    h.lock_digest, h.revision_digest
+             FROM s JOIN h ON h.project_id = s.project_id"#,
+            values.join(", ")
+        )
+    }
+
+    /// The check runs once per statement over every snapshot the statement inserted (migration
+    /// 14). A hand-made snapshot whose every digest is true is taken, several in one statement.
+    /// Each other refusal of the check names the first refused row of a statement whose first
+    /// row is sound, and nothing of that statement stays. A source row added by a later
+    /// statement of the transaction that inserted (and checked) its snapshot is refused, as one
+    /// added by a later transaction is.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_database_checks_a_statement_of_snapshots() {
+        tokio::time::timeout(LIMIT, async {
+            let url = pg::fresh_db().await;
+            let admin = connect(&url).await;
+            import(&admin, DEMO).await;
+            let mut executor = login(&url, "login_executor").await;
+            let sound = ("demo-empty", "[]", 0, "");
+            let cases = [
+                (("demo-1", r#"[{"a":1}"#, 1, ""), "its definitions are not a well-formed UTF-8 JSON array"),
+                (("demo-1", r#"[{"a":1}]"#, 2, ""), "its definitions are not an array of 2 entries"),
+                (("demo-1", r#"[{"a":1}]"#, 1, "digest"), "definition_digest is not the digest of its definitions"),
+                (("demo-1", r#"[{"a":1}]"#, 1, "tail"), "canonical_json is not the document of its source rows"),
+            ];
+            for (row, reason) in cases {
+                let e = in_transaction(&mut executor, &[&forge_set(&[sound, row])]).await.unwrap_err();
+                assert!(e.contains(reason) && e.contains("of project demo-1"), "{reason}: {e}");
+                assert_eq!(scalar(&admin, "SELECT COUNT(*) FROM ql3.tool_definition_snapshots").await, 0);
+            }
+            // Sound rows are taken (in a transaction rolled back: they are nobody's build).
+            let mut tx = executor.begin().await.unwrap();
+            let taken = sqlx::raw_sql(sqlx::AssertSqlSafe(forge_set(&[sound, ("demo-1", r#"[{"a":1}]"#, 1, "")])))
+                .execute(&mut *tx)
+                .await;
+            assert!(taken.is_ok(), "{taken:?}");
+            let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM ql3.tool_definition_snapshot_sources")
+                .fetch_one(&mut *tx)
+                .await
+                .unwrap();
+            assert_eq!(n, 2, "demo-1's two live heads");
+            tx.rollback().await.unwrap();
+            // A source row from a later statement of the same transaction.
+            let later = "INSERT INTO ql3.tool_definition_snapshot_sources SELECT s.snapshot_id, 'zzz.extra', \
+                         'zzz', 1, s.snapshot_digest, s.snapshot_digest, s.snapshot_digest \
+                         FROM ql3.tool_definition_snapshots AS s WHERE s.project_id = 'demo-empty'";
+            let e = in_transaction(&mut executor, &[&forge_set(&[sound]), later]).await.unwrap_err();
+            assert!(e.contains("never later"), "{e}");
+            assert_eq!(scalar(&admin, "SELECT COUNT(*) FROM ql3.tool_definition_snapshots").await, 0);
         })
         .await
         .expect("timed out");

@@ -83,6 +83,11 @@ fn expected(role: &str, op: &str, table: &str) -> &'static str {
         {
             "23514"
         }
+        // A snapshot row without its source rows and document: the privilege holds, the
+        // database's check refuses the row at the end of its statement.
+        ("ql3_owner" | "ql3_package_executor", "INSERT") if table == "tool_definition_snapshots" => {
+            "23514"
+        }
         ("ql3_package_executor", "SELECT") if index => "ok",
         ("ql3_package_executor", "EXECUTE") if table == "fn:clear_pending_mark" => "ok",
         // Claims: a row lock needs UPDATE on a column, which only the executor has.
