@@ -236,6 +236,30 @@ fn run_cli(bin: &PathBuf, url: &str, args: &[&str]) -> (Duration, serde_json::Va
     (elapsed, v)
 }
 
+/// A cold run for the floor pairs: [`run_cli_cpu`] from a checkpoint, its server CPU taken to
+/// the checkpoint after it, so that each side pays for writing back its own pages and neither
+/// for what the one before it (or the copies made before both) left dirty.
+async fn cold_run(
+    bin: &PathBuf,
+    url: &str,
+    args: &[&str],
+) -> (Duration, serde_json::Value, Option<f64>) {
+    let postgres = url.starts_with("postgres");
+    if postgres {
+        script_at(url, "CHECKPOINT").await;
+    }
+    let server = ServerCpu::start();
+    let (took, v, _) = run_cli_cpu(bin, url, args);
+    if postgres {
+        script_at(url, "CHECKPOINT").await;
+    }
+    let cpu = server.used();
+    if let Some(cpu) = cpu {
+        println!("    cold run: server cpu {cpu:.2}s to the checkpoint after it");
+    }
+    (took, v, cpu)
+}
+
 /// [`run_cli`], and the server's CPU seconds across the run (when `/proc` tells).
 fn run_cli_cpu(
     bin: &PathBuf,
@@ -299,8 +323,10 @@ fn bench_pairs() -> usize {
 /// The in-server floor: the script named by `PE_FLOOR_SQL` when set (the yardstick kept
 /// outside the repository), else the built-in loop below; its wall time on `url`.
 async fn floor(url: &str) -> (Duration, String, Option<f64>) {
+    script_at(url, "CHECKPOINT").await;
     let server = ServerCpu::start();
     let (took, which) = floor_run(url).await;
+    script_at(url, "CHECKPOINT").await;
     let cpu = server.used();
     if let Some(cpu) = cpu {
         println!(
@@ -391,7 +417,7 @@ async fn bench_run(bin: &PathBuf, dir: &std::path::Path) {
             _ => None,
         };
         let (cold, v, cold_cpu) =
-            run_cli_cpu(bin, &url, &["run", "--json", "--concurrency", &concurrency]);
+            cold_run(bin, &url, &["run", "--json", "--concurrency", &concurrency]).await;
         let rate = n as f64 / cold.as_secs_f64();
         println!(
             "[run/{dialect}] cold run: {:.2}s, {rate:.0} projects/s, published {}",
@@ -450,11 +476,12 @@ async fn bench_run(bin: &PathBuf, dir: &std::path::Path) {
         let mut colds = vec![cold.as_secs_f64()];
         for (i, (floor_url, cold_url)) in pairs.iter().enumerate() {
             let (took, _, floor_cpu) = floor(floor_url).await;
-            let (cold, v, cold_cpu) = run_cli_cpu(
+            let (cold, v, cold_cpu) = cold_run(
                 bin,
                 cold_url,
                 &["run", "--json", "--concurrency", &concurrency],
-            );
+            )
+            .await;
             let ratio = took.as_secs_f64() / cold.as_secs_f64();
             let cpu = cpu_ratio(cold_cpu, floor_cpu);
             println!(

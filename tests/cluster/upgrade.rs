@@ -169,10 +169,7 @@ fn an_older_builds_job_ends_when_a_newer_migration_commits_and_nothing_stale_is_
     ]);
     let first = &pods["items"][0]["metadata"]["name"];
     let log = ns.kubectl(&["logs", first.as_str().unwrap()]);
-    assert!(
-        log.contains(&newer_schema()),
-        "{log}"
-    );
+    assert!(log.contains(&newer_schema()), "{log}");
 
     // The newer release's Job publishes demo-1's new set.
     ns.wait(&format!("job/{newer_job}"), "condition=Complete", "300s");
@@ -227,10 +224,7 @@ fn an_atomic_upgrade_is_not_rolled_back_onto_a_build_older_than_the_schema() {
     assert_eq!(template_image(), next, "{err}");
     let check = crate::chart::named(&ns, "job", "rollback-check");
     let log = ns.kubectl(&["logs", &format!("job/{check}")]);
-    assert!(
-        log.contains(&newer_schema()),
-        "{log}"
-    );
+    assert!(log.contains(&newer_schema()), "{log}");
     let history: Value = serde_json::from_str(&crate::chart::helm(
         &ns,
         &["history", RELEASE, "-o", "json"],
@@ -261,5 +255,8 @@ fn an_atomic_upgrade_is_not_rolled_back_onto_a_build_older_than_the_schema() {
 /// What an older build says of the next schema: one migration ahead of this release's.
 fn newer_schema() -> String {
     let release = package_executor::store::migrate::POSTGRES.len();
-    format!("is version {}, newer than this build's {release}", release + 1)
+    format!(
+        "is version {}, newer than this build's {release}",
+        release + 1
+    )
 }

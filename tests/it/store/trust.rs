@@ -419,7 +419,9 @@ mod on_postgres {
         let values: Vec<String> = rows
             .iter()
             .enumerate()
-            .map(|(i, (project, defs, count, tweak))| format!("('{project}', '{defs}', {count}, '{tweak}', {i})"))
+            .map(|(i, (project, defs, count, tweak))| {
+                format!("('{project}', '{defs}', {count}, '{tweak}', {i})")
+            })
             .collect();
         format!(
             r#"WITH p(project_id, defs, cnt, tweak, ord) AS (VALUES {}),

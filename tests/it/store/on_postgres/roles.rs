@@ -85,7 +85,9 @@ fn expected(role: &str, op: &str, table: &str) -> &'static str {
         }
         // A snapshot row without its source rows and document: the privilege holds, the
         // database's check refuses the row at the end of its statement.
-        ("ql3_owner" | "ql3_package_executor", "INSERT") if table == "tool_definition_snapshots" => {
+        ("ql3_owner" | "ql3_package_executor", "INSERT")
+            if table == "tool_definition_snapshots" =>
+        {
             "23514"
         }
         ("ql3_package_executor", "SELECT") if index => "ok",
