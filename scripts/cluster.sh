@@ -323,23 +323,7 @@ EOF
 
 # The sandbox image and the tests' busybox, made here: no registry is reachable.
 base_images() {
-  local images=$DIR/images
-  if [ ! -f "$images/pause.tar" ]; then
-    gcc -Os -static -o "$images/pause" "$HERE/pause.c"
-    strip "$images/pause"
-    python3 "$HERE/mkimg.py" "$images/pause.tar" "$PAUSE_IMAGE" /pause "$images/pause"
-  fi
-  if [ ! -f "$images/busybox.tar" ]; then
-    rm -rf "$images/busybox"
-    mkdir -p "$images/busybox/bin" "$images/busybox/tmp"
-    chmod 1777 "$images/busybox/tmp"
-    cp /bin/busybox "$images/busybox/bin/busybox"
-    local applet
-    for applet in $(busybox --list); do
-      [ "$applet" = busybox ] || ln -s busybox "$images/busybox/bin/$applet"
-    done
-    python3 "$HERE/mkimg.py" "$images/busybox.tar" "$BUSYBOX_IMAGE" "" "$images/busybox:/"
-  fi
+  "$HERE/base-images.sh" "$DIR/images" "$PAUSE_IMAGE" "$BUSYBOX_IMAGE"
 }
 
 import() {

@@ -15,8 +15,10 @@
 #   scripts/test.sh image    the container image, built with podman and run (root)
 #   scripts/test.sh cluster  end to end on a one-node Kubernetes made of its own components,
 #                            built from their Go modules (scripts/cluster.sh; root)
+#   scripts/test.sh kind     end to end on kind (podman as its provider) with a node image
+#                            built here from the same components (scripts/kind.sh; root)
 #   scripts/test.sh ci       all of it: install, lint, fast, pg and chaos on PostgreSQL 15
-#                            (Debian's) and 18 (the PyPI wheel), image, cluster; what .ci/run
+#                            (Debian's) and 18 (the PyPI wheel), image, cluster, kind; what .ci/run
 #                            runs and the README's test command (the default)
 #
 # Plain `cargo test --workspace` runs the fast and pg tiers' tests, as any user, once `install`
@@ -243,6 +245,32 @@ image() {
   echo "== the image build and test took $((SECONDS - image_started)) s"
 }
 
+# The images the chart's pods run, as docker-archives in $CLUSTER_IMAGES for both end-to-end
+# tiers: the product's (the image tier's build, cached under .tools/containers), a second build
+# one migration ahead (the `next-schema` feature), which the upgrade tests move a release to
+# while the first build's Jobs run, and a PostgreSQL with the official image's interface.
+# Sets PE_IMAGE, PE_NEXT_IMAGE and PE_POSTGRES_IMAGE.
+CLUSTER_IMAGES="$TARGET_DIR/cluster-images"
+cluster_images() {
+  local images=$CLUSTER_IMAGES
+  mkdir -p "$images"
+  (
+    source scripts/image-env.sh
+    image=$(image_isolated ./scripts/image-build.sh)
+    rm -f "$images/product.tar"
+    image_isolated podman save --quiet --format docker-archive -o "$images/product.tar" "$image"
+    echo "$image" >"$images/product.name"
+    next=$(image_isolated ./scripts/image-build.sh next-schema)
+    rm -f "$images/next.tar"
+    image_isolated podman save --quiet --format docker-archive -o "$images/next.tar" "$next"
+    echo "$next" >"$images/next.name"
+  )
+  export PE_IMAGE PE_NEXT_IMAGE PE_POSTGRES_IMAGE=example.local/postgres:15
+  PE_IMAGE=$(cat "$images/product.name")
+  PE_NEXT_IMAGE=$(cat "$images/next.name")
+  ./scripts/cluster/postgres-image.sh "$images/postgres.tar" "$PE_POSTGRES_IMAGE"
+}
+
 # The end-to-end tier: one cluster for the tier (scripts/cluster.sh, state in target/cluster),
 # the tests of tests/cluster/ run inside its namespaces, each in a Kubernetes namespace of its
 # own; then the cluster goes down and the tier checks that nothing of it is left: no process,
@@ -264,27 +292,8 @@ cluster_tier() {
     exit 1
   fi
   echo "kept $(ls "$PE_CHART_RENDERS" | wc -l) distinct chart renders for the API server"
-  # The images the chart's pods run: the product's (the image tier's build, cached under
-  # .tools/containers) and a PostgreSQL with the official image's interface.
-  local images="$TARGET_DIR/cluster-images"
-  mkdir -p "$images"
-  # And a second build one migration ahead (the `next-schema` feature), which the upgrade tests
-  # move a release to while the first build's Jobs run.
-  (
-    source scripts/image-env.sh
-    image=$(image_isolated ./scripts/image-build.sh)
-    rm -f "$images/product.tar"
-    image_isolated podman save --quiet --format docker-archive -o "$images/product.tar" "$image"
-    echo "$image" >"$images/product.name"
-    next=$(image_isolated ./scripts/image-build.sh next-schema)
-    rm -f "$images/next.tar"
-    image_isolated podman save --quiet --format docker-archive -o "$images/next.tar" "$next"
-    echo "$next" >"$images/next.name"
-  )
-  export PE_IMAGE PE_NEXT_IMAGE PE_POSTGRES_IMAGE=example.local/postgres:15
-  PE_IMAGE=$(cat "$images/product.name")
-  PE_NEXT_IMAGE=$(cat "$images/next.name")
-  ./scripts/cluster/postgres-image.sh "$images/postgres.tar" "$PE_POSTGRES_IMAGE"
+  cluster_images
+  local images=$CLUSTER_IMAGES
   local tables_before
   tables_before=$(nft list tables 2>/dev/null | sort)
   if ! ./scripts/cluster.sh up "$dir" \
@@ -307,6 +316,75 @@ cluster_tier() {
     exit 1
   fi
   echo "== the cluster is down: no process, mount, network namespace, cgroup or nftables table is left"
+}
+
+# The kind tier: kind with podman as its provider on a node image built here (scripts/kind.sh,
+# state in target/kind), tests/e2e/kind.sh inside its namespaces with the images the cluster
+# tier runs. A capture on the machine's outside interface runs throughout: no packet may go
+# to a private, shared or link-local address but the resolver's. Then everything of kind goes,
+# and the tier checks that nothing is left: no process, mount, network namespace, container,
+# cgroup or nftables table, and none of Kubernetes' default folders.
+kind_tier() {
+  echo "== kind: kind with podman, on a node image built here, end to end"
+  local dir="$TARGET_DIR/kind" started=$SECONDS
+  ./tools/build.sh k8s coredns helm provisioner kube-router kind >/dev/null
+  echo "kind and the cluster's components (tools/build.sh) took $((SECONDS - started)) s"
+  cargo build --locked --test cluster --test it
+  ./scripts/kind.sh down "$dir" >/dev/null 2>&1 || true
+  cluster_images
+  local images=$CLUSTER_IMAGES
+  local tables_before k8s_dirs="/etc/kubernetes /var/lib/kubelet /var/lib/etcd /etc/cni/net.d /opt/cni /lib/modules"
+  local k8s_before
+  tables_before=$(nft list tables 2>/dev/null | sort)
+  k8s_before=$(ls -d $k8s_dirs 2>/dev/null || true)
+  # The outside interface: the one the default route leaves by.
+  local iface resolvers capture="$TARGET_DIR/kind-capture.json"
+  iface=$(ip -o route show default | awk '{for (i = 1; i < NF; i++) if ($i == "dev") print $(i + 1)}' | head -n 1)
+  resolvers=$(awk '$1 == "nameserver" {print $2}' /etc/resolv.conf)
+  rm -f "$capture" "$capture.started"
+  # shellcheck disable=SC2086
+  python3 scripts/kind/capture.py start "$iface" "$capture" $resolvers &
+  local capture_pid=$!
+  local deadline=$((SECONDS + 10))
+  until [ -f "$capture.started" ]; do
+    [ $SECONDS -lt $deadline ] || { echo "the capture on $iface did not start" >&2; exit 1; }
+    sleep 0.2
+  done
+  local ok=1
+  if ./scripts/kind.sh up "$dir"; then
+    (
+      set -a
+      # shellcheck disable=SC1090
+      source <(./scripts/kind.sh env "$dir")
+      PE_IMAGE_ARCHIVES="$images/product.tar $images/next.tar $images/postgres.tar"
+      set +a
+      ./scripts/kind.sh exec "$dir" tests/e2e/kind.sh
+    ) || ok=0
+  else
+    ok=0
+  fi
+  if [ $ok = 0 ]; then
+    for log in "$dir"/logs/*.log; do
+      [ -f "$log" ] || continue
+      echo "---- the last lines of $log"
+      tail -n 25 "$log"
+    done
+  fi
+  ./scripts/kind.sh down "$dir"
+  kill -TERM "$capture_pid"
+  wait "$capture_pid" || true
+  [ $ok = 1 ] || exit 1
+  python3 scripts/kind/capture.py check "$capture"
+  local left
+  left=$(./scripts/kind.sh leftovers "$dir")
+  if [ -n "$left" ] || [ "$(nft list tables 2>/dev/null | sort)" != "$tables_before" ] \
+    || [ "$(ls -d $k8s_dirs 2>/dev/null || true)" != "$k8s_before" ]; then
+    echo "the kind tier left this behind: $left" >&2
+    diff <(echo "$tables_before") <(nft list tables 2>/dev/null | sort) >&2 || true
+    diff <(echo "$k8s_before") <(ls -d $k8s_dirs 2>/dev/null || true) >&2 || true
+    exit 1
+  fi
+  echo "== kind is gone: no process, mount, network namespace, container, cgroup, nftables table or Kubernetes folder is left"
 }
 
 # Every server a test starts keeps its state in the test's own directory: nothing under
@@ -338,6 +416,7 @@ case "$tier" in
   chaos) chaos ;;
   image) image ;;
   cluster) cluster_tier ;;
+  kind) kind_tier ;;
   ci)
     install
     VARLIB_BEFORE=$(mktemp)
@@ -353,9 +432,11 @@ case "$tier" in
     varlib_check
     timed cluster_tier
     varlib_check
+    timed kind_tier
+    varlib_check
     ;;
   *)
-    echo "usage: scripts/test.sh [install|lint|fast|pg|chaos|image|cluster|ci] (default: ci)" >&2
+    echo "usage: scripts/test.sh [install|lint|fast|pg|chaos|image|cluster|kind|ci] (default: ci)" >&2
     exit 2
     ;;
 esac

@@ -4,7 +4,7 @@
 # per line, for PATH:
 #
 #   k8s/      kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubectl (static),
-#             kubelet (cgo, as upstream), etcd and etcdctl (the version 1.34 pins), with the
+#             kubeadm (for the kind node), kubelet (cgo, as upstream), etcd and etcdctl (the version 1.34 pins), with the
 #             version ldflags Kubernetes' own build sets (hack/lib/version.sh): /version says
 #             v1.34.x
 #   coredns/  CoreDNS, in a module of its own (its k8s.io modules differ from the cluster's)
@@ -12,7 +12,9 @@
 #   provisioner/  the cluster's volume provisioner (world-writable folders, as kind's default)
 #   kube-router/  kube-router, for its NetworkPolicy enforcer (iptables and ipset)
 #
-#   tools/build.sh [k8s|coredns|helm|provisioner|kube-router]...   (default: all five)
+#   kind/     kind and crictl, for the kind tier (scripts/kind.sh)
+#
+#   tools/build.sh [k8s|coredns|helm|provisioner|kube-router|kind]...   (default: all but kind)
 #
 # Each module's binaries live outside the clone, in a folder keyed by its go.sum, its Go files
 # and the function here that builds it, beside Go's own caches: a second run, or a fresh clone on the same machine, builds
@@ -36,7 +38,7 @@ build_k8s() {
     CGO_ENABLED=0 go build -trimpath -ldflags "-s -w $v" -o "$out/" \
       k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
       k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kube-proxy \
-      k8s.io/kubernetes/cmd/kubectl
+      k8s.io/kubernetes/cmd/kubectl k8s.io/kubernetes/cmd/kubeadm
     CGO_ENABLED=1 go build -trimpath -ldflags "-s -w $v" -o "$out/" k8s.io/kubernetes/cmd/kubelet
     CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$out/etcd" go.etcd.io/etcd/server/v3
     CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$out/etcdctl" go.etcd.io/etcd/etcdctl/v3
@@ -70,6 +72,12 @@ build_kube-router() {
     github.com/cloudnativelabs/kube-router/v2/cmd/kube-router)
 }
 
+# kind (the CLI that makes the kind tier's cluster) and crictl (the node image's CRI client).
+build_kind() {
+  (cd kind && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$1/" sigs.k8s.io/kind \
+    sigs.k8s.io/cri-tools/cmd/crictl)
+}
+
 build_provisioner() {
   (cd provisioner && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$1/provisioner" .)
 }
@@ -77,8 +85,8 @@ build_provisioner() {
 modules=("$@")
 [ ${#modules[@]} -gt 0 ] || modules=(k8s coredns helm provisioner kube-router)
 for module in "${modules[@]}"; do
-  case $module in k8s | coredns | helm | provisioner | kube-router) ;; *)
-    echo "usage: tools/build.sh [k8s|coredns|helm|provisioner|kube-router]..." >&2
+  case $module in k8s | coredns | helm | provisioner | kube-router | kind) ;; *)
+    echo "usage: tools/build.sh [k8s|coredns|helm|provisioner|kube-router|kind]..." >&2
     exit 2
     ;;
   esac

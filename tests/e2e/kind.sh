@@ -1,45 +1,103 @@
 #!/usr/bin/env bash
-# The cluster tier's tests (tests/cluster/) on a kind cluster, for machines with docker and kind:
-# the same test bodies the test command runs on the cluster scripts/cluster.sh builds from
-# Kubernetes' own modules (docs/cluster.md), with kind as the provider.
+# The cluster tier's tests (tests/cluster/) on a kind cluster: the same test bodies the test
+# command runs on the cluster scripts/cluster.sh builds from Kubernetes' own modules
+# (docs/cluster.md), with kind as the provider.
 #
-# Builds the image from the Dockerfile, loads it into kind, and runs the chart's end-to-end
-# test (install with the development PostgreSQL from the public postgres:15-alpine image,
-# import, publish, the recovery Job, the consumer's view), the Job and StatefulSet checks, and
-# every chart render through kind's API server. The tests about the local cluster itself (its
-# version, its isolated network, its DNS without upstream) are not kind's to pass, nor the fault
-# test, which stops the database's process from the node through containerd, nor the owner
-# references rule, which needs the OwnerReferencesPermissionEnforcement admission plugin (kind
-# runs kubeadm's defaults, without it).
-# Needs docker, kind and kubectl; helm comes from tools/build.sh (Go). KEEP_CLUSTER=1 keeps the
-# cluster.
+# Two ways to run it:
+# - Where kind is usual (docker, or KIND_EXPERIMENTAL_PROVIDER=podman, and a registry): as is.
+#   It builds the product's image from the Dockerfile, pulls postgres:15-alpine and busybox,
+#   and creates the cluster from kind's public node image.
+# - Here (no registry): `scripts/test.sh kind` runs it inside scripts/kind.sh's namespaces,
+#   with these set (each may also be set by hand):
+#     KIND_NODE_IMAGE      the node image (scripts/kind.sh builds one from the components here)
+#     KIND_CONFIG          kind's cluster configuration
+#     KIND_ADDONS          manifests applied once the cluster is up, each waited for (here:
+#                          NetworkPolicy's enforcer, scripts/kind/network-policy.yaml)
+#     KIND_API_SERVER=node the tests reach the API server at the node's address rather than
+#                          the port kind publishes
+#     PE_IMAGE, PE_NEXT_IMAGE, PE_POSTGRES_IMAGE   the images' names, and
+#     PE_IMAGE_ARCHIVES    the docker-archives that hold them (`kind load image-archive`)
+#
+# The tests about the cluster tier's own cluster are not kind's to pass: its network namespace
+# and addresses (network::), its DNS without upstream (kubeadm's CoreDNS forwards to the node's
+# resolver), the fault test (it stops the database's process through the cluster tier's
+# containerd socket) and the owner references rule (kubeadm does not enable the
+# OwnerReferencesPermissionEnforcement admission plugin).
+# Needs kind, kubectl, go and cargo (and docker where PE_IMAGE is not set); helm comes from
+# tools/build.sh. KEEP_CLUSTER=1 keeps the cluster.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 CLUSTER=${CLUSTER:-package-executor-e2e}
-IMAGE=package-executor:dev
+PROVIDER=${KIND_EXPERIMENTAL_PROVIDER:-docker}
 
-for tool in docker kind kubectl go cargo; do
+for tool in kind kubectl go cargo; do
   command -v "$tool" >/dev/null || { echo "missing $tool: install it to run this test" >&2; exit 2; }
 done
 
 helm_dir=$(./tools/build.sh helm)
-docker build -t "$IMAGE" .
-if ! kind get clusters | grep -qx "$CLUSTER"; then
-  kind create cluster --name "$CLUSTER" --wait 120s
+export PATH="$helm_dir:$PATH"
+cargo build --locked --test cluster --test it
+
+# The images: the archives given, or built and pulled here.
+if [ -z "${PE_IMAGE:-}" ]; then
+  command -v docker >/dev/null || { echo "missing docker: set PE_IMAGE and PE_IMAGE_ARCHIVES instead" >&2; exit 2; }
+  PE_IMAGE=package-executor:dev
+  docker build -t "$PE_IMAGE" .
+  docker build -t package-executor:next --build-arg CARGO_FEATURES=next-schema . ||
+    echo "the next-schema build failed: the upgrade tests will fail" >&2
+  PE_NEXT_IMAGE=package-executor:next
+  PE_POSTGRES_IMAGE=${PE_POSTGRES_IMAGE:-postgres:15-alpine}
+  docker pull "$PE_POSTGRES_IMAGE"
+  docker pull busybox:stable
+  docker tag busybox:stable example.local/busybox:1
+  LOAD=(docker-image "$PE_IMAGE" "$PE_NEXT_IMAGE" "$PE_POSTGRES_IMAGE" example.local/busybox:1)
+else
+  read -r -a archives <<<"${PE_IMAGE_ARCHIVES:?PE_IMAGE_ARCHIVES names the archives of PE_IMAGE and the others}"
+  LOAD=(image-archive "${archives[@]}")
+fi
+export PE_IMAGE PE_NEXT_IMAGE PE_POSTGRES_IMAGE
+
+create=(kind create cluster --name "$CLUSTER" --wait 180s)
+[ -z "${KIND_NODE_IMAGE:-}" ] || create+=(--image "$KIND_NODE_IMAGE")
+[ -z "${KIND_CONFIG:-}" ] || create+=(--config "$KIND_CONFIG")
+if ! kind get clusters 2>/dev/null | grep -qx "$CLUSTER"; then
+  started=$SECONDS
+  "${create[@]}"
+  echo "kind created $CLUSTER in $((SECONDS - started)) s"
 fi
 trap '[ "${KEEP_CLUSTER:-0}" = 1 ] || kind delete cluster --name "$CLUSTER"' EXIT
-kind load docker-image "$IMAGE" --name "$CLUSTER"
+for what in "${LOAD[@]:1}"; do
+  kind load "${LOAD[0]}" "$what" --name "$CLUSTER"
+done
 
 export KUBECONFIG
 KUBECONFIG=$(mktemp)
-kind get kubeconfig --name "$CLUSTER" >"$KUBECONFIG"
-export PATH="$helm_dir:$PATH"
-export PE_IMAGE="$IMAGE" PE_POSTGRES_IMAGE=postgres:15-alpine
+if [ "${KIND_API_SERVER:-}" = node ]; then
+  node_ip=$("$PROVIDER" inspect -f '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}' \
+    "$CLUSTER-control-plane")
+  kind get kubeconfig --internal --name "$CLUSTER" |
+    sed "s|server: https://$CLUSTER-control-plane:6443|server: https://$node_ip:6443|" >"$KUBECONFIG"
+else
+  kind get kubeconfig --name "$CLUSTER" >"$KUBECONFIG"
+fi
+kubectl version
+for addon in ${KIND_ADDONS:-}; do
+  kubectl apply -f "$addon"
+done
+# Every workload of the cluster ready: kind's own, the node image's storage provisioner, and the
+# addons'.
+kubectl get deployments,daemonsets --all-namespaces \
+  -o jsonpath='{range .items[*]}{.metadata.namespace} {.kind}/{.metadata.name}{"\n"}{end}' |
+  while read -r namespace workload; do
+    kubectl -n "$namespace" rollout status "$workload" --timeout=180s
+  done
+
 export PE_CHART_RENDERS
 PE_CHART_RENDERS=$(mktemp -d)
 cargo test --locked --test it -- chart:: commands::trigger >/dev/null
 cargo test --locked --test cluster -- --ignored --test-threads=2 \
-  chart::the_chart_installs chart::three_shards chart::upgrade_rollback renders:: \
-  rules::the_name rules::the_job smoke::a_job smoke::a_statefulset
-echo "kind e2e passed"
+  smoke::the_api_server smoke::a_job smoke::a_statefulset \
+  chart::the_chart_installs chart::three_shards chart::upgrade_rollback chart::matrix_trigger \
+  upgrade:: renders:: rules::the_name rules::the_job
+echo "kind e2e passed on $(kubectl version -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["serverVersion"]["gitVersion"])')"

@@ -21,7 +21,7 @@ for m in $(awk '$2=="v0.0.0"{print $1}' "$GOMOD"); do go mod edit -replace="$m=$
 GODEBUG_DEFAULT=$(awk '$1=="godebug"{print $2}' "$GOMOD")
 [ -z "$GODEBUG_DEFAULT" ] || go mod edit -godebug="$GODEBUG_DEFAULT"
 go get "k8s.io/kubernetes@v$KV"
-for t in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl; do
+for t in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl kubeadm; do
   go get -tool "k8s.io/kubernetes/cmd/$t@v$KV"
 done
 # `go get -tool PKG` without a version would upgrade to the newest: name what k8s pins.

@@ -1,4 +1,5 @@
-// Command provisioner serves the test cluster's default StorageClass: each claim gets a
+// Command provisioner serves the test clusters' default StorageClass (a process beside the
+// cluster tier's kubelet; a pod on the kind tier's node, with its service account): each claim gets a
 // folder of its own under --root (the cluster's DIR), world-writable, as kind's default
 // (rancher's local-path-provisioner) makes them. The controller manager's built-in hostPath
 // provisioner makes its folders 0750 and root-owned, and fsGroup does not apply to hostPath
@@ -67,12 +68,12 @@ func (p *hostPath) Delete(_ context.Context, volume *v1.PersistentVolume) error 
 }
 
 func main() {
-	kubeconfig := flag.String("kubeconfig", "", "the kubeconfig to reach the API server with")
+	kubeconfig := flag.String("kubeconfig", "", "the kubeconfig to reach the API server with (none: in a pod, its service account)")
 	root := flag.String("root", "", "the folder that holds the volumes")
 	node := flag.String("node", "", "the node the volumes are on")
 	flag.Parse()
-	if *kubeconfig == "" || *root == "" || *node == "" {
-		fmt.Fprintln(os.Stderr, "usage: provisioner --kubeconfig FILE --root DIR --node NAME")
+	if *root == "" || *node == "" {
+		fmt.Fprintln(os.Stderr, "usage: provisioner [--kubeconfig FILE] --root DIR --node NAME")
 		os.Exit(2)
 	}
 	config, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
