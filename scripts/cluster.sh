@@ -41,25 +41,13 @@ PAUSE_IMAGE=registry.k8s.io/pause:3.10
 BUSYBOX_IMAGE=example.local/busybox:1
 COREDNS_IMAGE=example.local/coredns:1
 
-usage() {
-  sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//' >&2
-  exit 2
-}
+USAGE_LINES=12
+NEEDS_ROOT="the cluster needs root (network and mount namespaces, containerd, the kubelet)"
+NETNS_PREFIX=pe-k8s
+source "$HERE/common.sh"
 
-need_root() {
-  [ "$(id -u)" = 0 ] || {
-    echo "the cluster needs root (network and mount namespaces, containerd, the kubelet)" >&2
-    exit 1
-  }
-}
-
-# The cluster's name follows from its folder, so that two folders are two clusters.
 setup_names() {
-  DIR=$(realpath -m "$1")
-  ID=$(printf '%s' "$DIR" | sha256sum | cut -c1-8)
-  NETNS=pe-k8s-$ID
-  PIDS=$DIR/pids
-  LOGS=$DIR/logs
+  folder_names "$1"
   KUBECONFIG_ADMIN=$DIR/pki/admin.kubeconfig
 }
 
@@ -74,12 +62,11 @@ bins() {
   CLUSTER_PATH=$BIN:$HELM_BIN:$PATH
 }
 
-holder_pid() { cat "$PIDS/holder.pid" 2>/dev/null || true; }
-
 # Runs a command inside the cluster's namespaces, in the foreground, in the caller's folder.
 inside() {
   nsenter --target "$(holder_pid)" --mount --net --wd="$CALLER_PWD" -- \
-    env PATH="$CLUSTER_PATH" KUBECONFIG="$KUBECONFIG_ADMIN" HOME="${HOME:-/root}" "$@"
+    env PATH="$CLUSTER_PATH" KUBECONFIG="$KUBECONFIG_ADMIN" KUBECACHEDIR="$DIR/kube-cache" \
+    HOME="${HOME:-/root}" "$@"
 }
 
 # Starts a component in its own session inside the namespaces; its log and PID go to DIR.

@@ -33,24 +33,13 @@ CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/package-executor
 KIND_SUBNET=10.89.77.0/24
 NODE_IMAGE_NAME=localhost/pe-kind-node
 
-usage() {
-  sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//' >&2
-  exit 2
-}
-
-need_root() {
-  [ "$(id -u)" = 0 ] || {
-    echo "the kind tier needs root (network and mount namespaces, rootful podman)" >&2
-    exit 1
-  }
-}
+USAGE_LINES=15
+NEEDS_ROOT="the kind tier needs root (network and mount namespaces, rootful podman)"
+NETNS_PREFIX=pe-kind
+source "$REPO/scripts/cluster/common.sh"
 
 setup_names() {
-  DIR=$(realpath -m "$1")
-  ID=$(printf '%s' "$DIR" | sha256sum | cut -c1-8)
-  NETNS=pe-kind-$ID
-  PIDS=$DIR/pids
-  LOGS=$DIR/logs
+  folder_names "$1"
   STORE=$CACHE/kind-podman
 }
 
@@ -67,14 +56,13 @@ bins() {
     python3 -c 'import json,sys; print(json.load(sys.stdin)["clientVersion"]["gitVersion"])')
 }
 
-holder_pid() { cat "$PIDS/holder.pid" 2>/dev/null || true; }
-
 # Runs a command inside the tier's namespaces, in the foreground, in the caller's folder.
 inside() {
   nsenter --target "$(holder_pid)" --mount --net --wd="$CALLER_PWD" -- \
     env PATH="$DIR/bin:$KIND_BIN:$BIN:$HELM_BIN:$PATH" \
     CONTAINERS_CONF="$DIR/containers.conf" CONTAINERS_STORAGE_CONF="$DIR/storage.conf" \
-    KIND_EXPERIMENTAL_PROVIDER=podman KUBECONFIG="$DIR/kubeconfig" TMPDIR=/var/tmp "$@"
+    KIND_EXPERIMENTAL_PROVIDER=podman KUBECONFIG="$DIR/kubeconfig" KUBECACHEDIR="$DIR/kube-cache" \
+    TMPDIR=/var/tmp "$@"
 }
 
 make_namespaces() {
@@ -153,19 +141,20 @@ EOF
 }
 
 # The Debian root the node image and the kube-proxy image are made from: debootstrap from the
-# machine's own mirror, keyed by the package list (this function's text).
+# machine's own mirror, keyed by the release and the package list.
+ROOTFS_RELEASE=bookworm
+ROOTFS_PACKAGES=systemd,systemd-sysv,dbus,iptables,nftables,ipset,conntrack,iproute2,ethtool,kmod,procps,ca-certificates,containerd,runc,containernetworking-plugins,socat,libseccomp2,util-linux,mount,pigz
 rootfs_image() {
-  local key image work mirror
-  key=$(declare -f rootfs_image | sha256sum | cut -c1-12)
+  local key image work mirror started=$SECONDS
+  key=$(echo "$ROOTFS_RELEASE minbase $ROOTFS_PACKAGES" | sha256sum | cut -c1-12)
   image=localhost/pe-kind-rootfs:$key
   if ! inside podman image exists "$image"; then
     work=$(mktemp -d "${TMPDIR:-/tmp}/pe-kind-rootfs.XXXXXX")
     mirror=$(sed -n 's/^URIs: *\(http[^ ]*debian\)$/\1/p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -n 1)
     mirror=${mirror:-http://deb.debian.org/debian}
     echo "debootstrap of the kind node's root from $mirror (a few minutes, once)" >&2
-    if ! nice -n 19 debootstrap --variant=minbase \
-      --include=systemd,systemd-sysv,dbus,iptables,nftables,ipset,conntrack,iproute2,ethtool,kmod,procps,ca-certificates,containerd,runc,containernetworking-plugins,socat,libseccomp2,util-linux,mount,pigz \
-      bookworm "$work/root" "$mirror" >"$LOGS/debootstrap.log" 2>&1; then
+    if ! nice -n 19 debootstrap --variant=minbase --include="$ROOTFS_PACKAGES" \
+      "$ROOTFS_RELEASE" "$work/root" "$mirror" >"$LOGS/debootstrap.log" 2>&1; then
       tail -n 20 "$LOGS/debootstrap.log" >&2
       rm -rf "$work"
       exit 1
@@ -173,6 +162,7 @@ rootfs_image() {
     rm -rf "$work/root/var/cache/apt/archives/"*.deb "$work/root/usr/share/doc" "$work/root/usr/share/man"
     tar -C "$work/root" -c . | inside podman import --quiet - "$image" >/dev/null
     rm -rf "$work"
+    echo "made the kind node's root in $((SECONDS - started)) s" >&2
   fi
   echo "$image"
 }
@@ -252,10 +242,10 @@ node_image() {
   inside nice -n 19 podman build --quiet --network none --build-arg "ROOTFS=$rootfs" \
     -f "$HERE/Containerfile" -t "$image" "$ctx" >/dev/null
   rm -rf "$ctx"
-  # The store keeps one node image: those of earlier keys go.
+  # The store keeps one node image and its root: those of earlier keys go.
   local old
-  for old in $(inside podman images --format '{{.Repository}}:{{.Tag}}' | grep "^$NODE_IMAGE_NAME:" |
-    grep -vx "$image"); do
+  for old in $(inside podman images --format '{{.Repository}}:{{.Tag}}' |
+    grep "^$NODE_IMAGE_NAME:\|^localhost/pe-kind-rootfs:" | grep -vx "$image\|$rootfs"); do
     inside podman rmi "$old" >/dev/null
   done
   echo "built the kind node image in $((SECONDS - started)) s" >&2
