@@ -1121,7 +1121,85 @@ fn main() {
         if wants("batches") {
             bench_batches(&bin, dir.path()).await;
         }
+        if wants("shards") {
+            bench_shards(&bin).await;
+        }
     });
+}
+
+/// `shards`: the cold run of one load (`BENCH_PROJECTS` × 8 × 4, default 20,000) split over 1,
+/// 2 and 4 shards (`BENCH_SHARDS`): separate executor processes, each with `--shard-index` and
+/// `--shard-count`, started together against one PostgreSQL server, each on a fresh copy of
+/// the load and from a checkpoint. Prints each shard's wall time, the shards' total (first
+/// start to last end) and the server's CPU per published snapshot (to the checkpoint after
+/// the run), which should stay flat as shards are added: the server, not the executors, is
+/// what they share.
+async fn bench_shards(bin: &PathBuf) {
+    let n: usize = std::env::var("BENCH_PROJECTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000);
+    let counts: Vec<usize> = std::env::var("BENCH_SHARDS")
+        .unwrap_or_else(|_| "1,2,4".into())
+        .split(',')
+        .filter_map(|c| c.trim().parse().ok())
+        .collect();
+    let url = pg::clone_db(pg::TEMPLATE, "bench_shards").await;
+    let store = connect(&url).await;
+    load(&store, 0, n, 8, 4, 1).await;
+    store.close().await;
+    println!("[shards] loaded {n} projects x 8 packages x 4 tools");
+    for count in counts {
+        let url = pg::clone_db("bench_shards", &format!("bench_shards_{count}")).await;
+        script_at(&url, "CHECKPOINT").await;
+        let server = ServerCpu::start();
+        let started = Instant::now();
+        let children: Vec<_> = (0..count)
+            .map(|index| {
+                Command::new(bin)
+                    .args([
+                        "run",
+                        "--json",
+                        "--shard-index",
+                        &index.to_string(),
+                        "--shard-count",
+                        &count.to_string(),
+                    ])
+                    .env("DATABASE_URL", &url)
+                    .env("PACKAGE_EXECUTOR_LOG", "error")
+                    .envs(exec_env())
+                    .stdout(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let mut published = 0;
+        let mut walls = Vec::new();
+        for child in children {
+            let out = child.wait_with_output().unwrap();
+            let v: serde_json::Value =
+                serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
+            published += v["published"].as_u64().unwrap_or(0);
+            walls.push(v["elapsedMs"].as_f64().unwrap_or(f64::NAN) / 1000.0);
+        }
+        let total = started.elapsed().as_secs_f64();
+        script_at(&url, "CHECKPOINT").await;
+        let cpu = server.used();
+        let per = cpu.map_or("?".into(), |c| {
+            format!("{:.3} ms", c * 1000.0 / published.max(1) as f64)
+        });
+        println!(
+            "[shards] {count} shard(s): total {total:.2}s (each shard's own: {}), published {published}, \
+             {:.0} projects/s, server cpu {} = {per} per snapshot",
+            walls
+                .iter()
+                .map(|w| format!("{w:.1}s"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            published as f64 / total,
+            cpu.map_or("?".into(), |c| format!("{c:.2}s")),
+        );
+    }
 }
 
 /// One cold run of the batch-size sweep.
