@@ -98,6 +98,6 @@ PE_CHART_RENDERS=$(mktemp -d)
 cargo test --locked --test it -- chart:: commands::trigger >/dev/null
 cargo test --locked --test cluster -- --ignored --test-threads=2 \
   smoke::the_api_server smoke::a_job smoke::a_statefulset \
-  chart::the_chart_installs chart::three_shards chart::upgrade_rollback chart::matrix_trigger \
+  chart::the_chart_installs chart::three_shards chart::upgrade_rollback chart::matrix_ \
   upgrade:: renders:: rules::the_name rules::the_job
 echo "kind e2e passed on $(kubectl version -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["serverVersion"]["gitVersion"])')"
