@@ -144,6 +144,23 @@ fn machine_jiffies() -> (u64, u64) {
     (total - idle, total)
 }
 
+/// The number in the environment variable `name`, or `default` when it is unset or not one.
+fn env_number(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The comma-separated numbers in the environment variable `name`, or those of `default`.
+fn env_numbers(name: &str, default: &str) -> Vec<usize> {
+    std::env::var(name)
+        .unwrap_or_else(|_| default.into())
+        .split(',')
+        .filter_map(|c| c.trim().parse().ok())
+        .collect()
+}
+
 /// `KEY=VALUE` pairs separated by whitespace.
 fn env_pairs(spec: &str) -> Vec<(String, String)> {
     spec.split_whitespace()
@@ -313,11 +330,7 @@ fn dialects() -> Vec<&'static str> {
 }
 
 fn bench_pairs() -> usize {
-    std::env::var("BENCH_PAIRS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1usize)
-        .max(1)
+    env_number("BENCH_PAIRS", 1).max(1)
 }
 
 /// The in-server floor: the script named by `PE_FLOOR_SQL` when set (the yardstick kept
@@ -368,10 +381,7 @@ async fn floor_run(url: &str) -> (Duration, String) {
 /// run after a database-wide `VACUUM ANALYZE` taken while the snapshot tables were empty (with
 /// autovacuum off on them, so nothing re-analyzes them during the run).
 async fn bench_run(bin: &PathBuf, dir: &std::path::Path) {
-    let n_env = std::env::var("BENCH_PROJECTS")
-        .ok()
-        .and_then(|v| v.parse().ok());
-    let n: usize = n_env.unwrap_or(20_000);
+    let n = env_number("BENCH_PROJECTS", 20_000);
     let concurrency = std::env::var("BENCH_CONCURRENCY").unwrap_or_else(|_| "4".into());
     for dialect in dialects() {
         let url = if dialect == "postgres" {
@@ -1054,10 +1064,7 @@ async fn settle() {
 /// `sources import` of a large fixture on both dialects: time and peak RSS, first import and
 /// the idempotent second one.
 async fn bench_import(bin: &PathBuf, dir: &std::path::Path) {
-    let n: usize = std::env::var("BENCH_IMPORT_PROJECTS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20_000);
+    let n = env_number("BENCH_IMPORT_PROJECTS", 20_000);
     let file = dir.join("import-fixture.json");
     let size = write_big_fixture(&file, n);
     println!(
@@ -1135,15 +1142,8 @@ fn main() {
 /// the run), which should stay flat as shards are added: the server, not the executors, is
 /// what they share.
 async fn bench_shards(bin: &PathBuf) {
-    let n: usize = std::env::var("BENCH_PROJECTS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20_000);
-    let counts: Vec<usize> = std::env::var("BENCH_SHARDS")
-        .unwrap_or_else(|_| "1,2,4".into())
-        .split(',')
-        .filter_map(|c| c.trim().parse().ok())
-        .collect();
+    let n = env_number("BENCH_PROJECTS", 20_000);
+    let counts = env_numbers("BENCH_SHARDS", "1,2,4");
     let url = pg::clone_db(pg::TEMPLATE, "bench_shards").await;
     let store = connect(&url).await;
     load(&store, 0, n, 8, 4, 1).await;
@@ -1218,15 +1218,8 @@ struct BatchPoint {
 /// (server CPU per snapshot and throughput against batch size) at
 /// `target/tmp/bench-batches.svg`, for docs/benchmarks.md.
 async fn bench_batches(bin: &PathBuf, dir: &std::path::Path) {
-    let n: usize = std::env::var("BENCH_PROJECTS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(4_000);
-    let sizes: Vec<usize> = std::env::var("BENCH_BATCH_SIZES")
-        .unwrap_or_else(|_| "1,8,32,128,512".into())
-        .split(',')
-        .filter_map(|s| s.trim().parse().ok())
-        .collect();
+    let n = env_number("BENCH_PROJECTS", 4_000);
+    let sizes = env_numbers("BENCH_BATCH_SIZES", "1,8,32,128,512");
     let concurrency = std::env::var("BENCH_CONCURRENCY").unwrap_or_else(|_| "4".into());
     // `PE_BENCH_SQL`: a script run on each PostgreSQL copy, as its owner, before its run (to
     // measure a variant of the schema).
