@@ -78,21 +78,6 @@ start() {
   echo $! >"$PIDS/$name.pid"
 }
 
-# Waits for a command to succeed, or fails naming what it waited for and its log.
-wait_for() {
-  local what=$1 seconds=$2 log=$3
-  shift 3
-  local deadline=$((SECONDS + seconds))
-  until "$@" >/dev/null 2>&1; do
-    if [ $SECONDS -ge $deadline ]; then
-      echo "$what: not ready after ${seconds} s; the last lines of $log:" >&2
-      tail -n 30 "$log" >&2 || true
-      exit 1
-    fi
-    sleep 0.5
-  done
-}
-
 make_namespaces() {
   mkdir -p "$DIR/run" "$DIR/var-lib" "$PIDS" "$LOGS"
   ip netns add "$NETNS"

@@ -82,14 +82,7 @@ make_namespaces() {
       touch /run/.namespaces-ready
       exec sleep infinity' _ "$DIR" >"$LOGS/holder.log" 2>&1 </dev/null &
   echo $! >"$PIDS/holder.pid"
-  local deadline=$((SECONDS + 10))
-  until [ -f "$DIR/run/.namespaces-ready" ]; do
-    [ $SECONDS -lt $deadline ] || {
-      cat "$LOGS/holder.log" >&2
-      exit 1
-    }
-    sleep 0.2
-  done
+  wait_for "the namespaces" 10 "$LOGS/holder.log" test -f "$DIR/run/.namespaces-ready"
 }
 
 # podman's configuration: DIR's networks and events, the image store in the cache, runc

@@ -329,7 +329,6 @@ kind_tier() {
   local dir="$TARGET_DIR/kind" started=$SECONDS
   ./tools/build.sh k8s coredns helm provisioner kube-router kind >/dev/null
   echo "kind and the cluster's components (tools/build.sh) took $((SECONDS - started)) s"
-  cargo build --locked --test cluster --test it
   ./scripts/kind.sh down "$dir" >/dev/null 2>&1 || true
   cluster_images
   local images=$CLUSTER_IMAGES

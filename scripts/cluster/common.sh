@@ -25,3 +25,18 @@ folder_names() {
 }
 
 holder_pid() { cat "$PIDS/holder.pid" 2>/dev/null || true; }
+
+# Waits for a command to succeed, or fails naming what it waited for and its log.
+wait_for() {
+  local what=$1 seconds=$2 log=$3
+  shift 3
+  local deadline=$((SECONDS + seconds))
+  until "$@" >/dev/null 2>&1; do
+    if [ $SECONDS -ge $deadline ]; then
+      echo "$what: not ready after ${seconds} s; the last lines of $log:" >&2
+      tail -n 30 "$log" >&2 || true
+      exit 1
+    fi
+    sleep 0.5
+  done
+}
