@@ -93,15 +93,9 @@ make_namespaces() {
   nsenter --net="/run/netns/$NETNS" sysctl -q -w net.bridge.bridge-nf-call-iptables=1 || true
   # The holder: a private copy of the mount table whose mounts (made shared inside, for the
   # kubelet's propagation) never reach the machine's.
-  setsid nsenter --net="/run/netns/$NETNS" unshare --mount --propagation private -- \
-    bash -c 'set -e
-      mount --make-rshared /
+  start_holder 'mount --make-rshared /
       mount --bind "$1/run" /run
-      mount --bind "$1/var-lib" /var/lib
-      touch /run/.namespaces-ready
-      exec sleep infinity' _ "$DIR" >"$LOGS/holder.log" 2>&1 </dev/null &
-  echo $! >"$PIDS/holder.pid"
-  wait_for "the namespaces" 10 "$LOGS/holder.log" test -f "$DIR/run/.namespaces-ready"
+      mount --bind "$1/var-lib" /var/lib'
 }
 
 make_pki() {

@@ -73,16 +73,10 @@ make_namespaces() {
   nsenter --net="/run/netns/$NETNS" sysctl -q -w net.ipv4.ip_forward=1
   nsenter --net="/run/netns/$NETNS" sysctl -q -w net.ipv4.icmp_ratelimit=0
   # The holder: a private copy of the mount table, DIR's folders bound over podman's.
-  setsid nsenter --net="/run/netns/$NETNS" unshare --mount --propagation private -- \
-    bash -c 'set -e
-      mount --bind "$1/run" /run
+  start_holder 'mount --bind "$1/run" /run
       mkdir -p /run/lock /run/netns /run/user
       mount --bind "$1/var-lib-containers" /var/lib/containers
-      mount --bind "$1/var-tmp" /var/tmp
-      touch /run/.namespaces-ready
-      exec sleep infinity' _ "$DIR" >"$LOGS/holder.log" 2>&1 </dev/null &
-  echo $! >"$PIDS/holder.pid"
-  wait_for "the namespaces" 10 "$LOGS/holder.log" test -f "$DIR/run/.namespaces-ready"
+      mount --bind "$1/var-tmp" /var/tmp'
 }
 
 # podman's configuration: DIR's networks and events, the image store in the cache, runc

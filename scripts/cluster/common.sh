@@ -40,3 +40,16 @@ wait_for() {
     sleep 0.5
   done
 }
+
+# The holder: a process in the cluster's network namespace that keeps a private copy of the
+# mount table, whose mounts never reach the machine's. MOUNTS is the shell that makes them ($1
+# is DIR); every component is later started inside with nsenter.
+start_holder() {
+  setsid nsenter --net="/run/netns/$NETNS" unshare --mount --propagation private -- \
+    bash -c "set -e
+      $1
+      touch /run/.namespaces-ready
+      exec sleep infinity" _ "$DIR" >"$LOGS/holder.log" 2>&1 </dev/null &
+  echo $! >"$PIDS/holder.pid"
+  wait_for "the namespaces" 10 "$LOGS/holder.log" test -f "$DIR/run/.namespaces-ready"
+}
