@@ -328,7 +328,8 @@ cluster_tier() {
 kind_tier() {
   echo "== kind: kind with podman, on a node image built here, end to end"
   local dir="$TARGET_DIR/kind" started=$SECONDS
-  ./tools/build.sh k8s coredns helm provisioner kube-router kind >/dev/null
+  prebuild_wait
+  ./tools/build.sh helm "${E2E_GO_MODULES[@]}" >/dev/null
   echo "kind and the cluster's components (tools/build.sh) took $((SECONDS - started)) s"
   ./scripts/kind.sh down "$dir" >/dev/null 2>&1 || true
   cluster_images
@@ -409,10 +410,12 @@ timed() {
 }
 
 # The Go builds of both end-to-end tiers (tools/build.sh: Kubernetes and etcd, CoreDNS, the
-# provisioner, kube-router, kind and crictl; about 12 minutes of two cores on a machine that
+# provisioner, kube-router, kind and crictl; about 11 minutes of two cores on a machine that
 # never built them) start with `ci`, at the lowest CPU priority, so that they take the cores
 # only when the Rust tiers leave them idle (waiting on servers, failovers, podman); the cluster
 # tier waits for them. On a machine that has built them they find everything cached at once.
+# Helm is not among them: `install` builds it for the chart tests.
+E2E_GO_MODULES=(k8s coredns provisioner kube-router kind)
 PREBUILD_PID=""
 PREBUILD_LOG="$TARGET_DIR/prebuild.log"
 prebuild_start() {
@@ -422,7 +425,7 @@ prebuild_start() {
   # autogroups share the CPU equally whatever their processes' nice values: the group itself
   # is made nice too, or the build would take half the machine from the tiers.
   setsid bash -c 'echo 19 >/proc/self/autogroup 2>/dev/null || true
-    exec nice -n 19 ./tools/build.sh k8s coredns provisioner kube-router kind' \
+    exec nice -n 19 ./tools/build.sh "$@"' prebuild "${E2E_GO_MODULES[@]}" \
     >/dev/null 2>"$PREBUILD_LOG" &
   PREBUILD_PID=$!
   trap prebuild_stop EXIT
