@@ -16,6 +16,7 @@ use crate::store::{
 };
 
 use super::budget::{MemoryBudget, Reservation};
+pub(super) use super::readings::Readings;
 
 /// How an attempt ended: final, or worth another try.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,7 +37,9 @@ pub async fn attempt(session: &mut Session, budget: &MemoryBudget, project_id: &
     let limit = session.answer_timeout();
     tracing::debug!(project_id, "attempt started");
     session
-        .transaction(async |a| attempt_in(a, budget, project_id, limit).await)
+        .transaction(async |a| {
+            attempt_in(a, budget, project_id, &mut Readings::none(), limit).await
+        })
         .await
         .unwrap_or_else(|e| {
             if e.is_fatal() {
@@ -106,6 +109,7 @@ pub(super) async fn attempt_in(
     a: &mut Attempt<'_>,
     budget: &MemoryBudget,
     project_id: &str,
+    readings: &mut Readings,
     limit: Option<Duration>,
 ) -> Result<(Step, bool), StoreError> {
     // Memory for revisions that come with the observation, if it is free right now; an
@@ -116,7 +120,18 @@ pub(super) async fn attempt_in(
     if opening.inline.is_empty() {
         inline_memory = None;
     }
-    let prepared = prepare(a, budget, project_id, opening, Room::Wait, limit).await?;
+    let prepared = prepare(
+        a,
+        budget,
+        project_id,
+        opening,
+        Reads {
+            room: Room::Wait,
+            readings,
+        },
+        limit,
+    )
+    .await?;
     drop(inline_memory);
     match prepared {
         Prepared::Retry(step) => Ok((step, false)),
@@ -221,6 +236,13 @@ pub(super) enum Room {
     Now,
 }
 
+/// How an attempt's reads go: whether they may wait for the budget, and the readings its batch
+/// keeps (see `readings.rs`).
+pub(super) struct Reads<'r> {
+    pub(super) room: Room,
+    pub(super) readings: &'r mut Readings,
+}
+
 impl Room {
     async fn hold(self, budget: &MemoryBudget, bytes: u64) -> Option<Reservation> {
         match self {
@@ -262,7 +284,7 @@ pub(super) async fn prepare(
     budget: &MemoryBudget,
     project_id: &str,
     mut opening: Opening,
-    room: Room,
+    reads: Reads<'_>,
     limit: Option<Duration>,
 ) -> Result<Prepared, StoreError> {
     if !opening.claimed {
@@ -301,7 +323,7 @@ pub(super) async fn prepare(
     }
     let inline = std::mem::take(&mut opening.inline);
     Ok(
-        match build(a, budget, builder, &opening.lengths, inline, room, limit).await? {
+        match build(a, budget, builder, &opening.lengths, inline, reads, limit).await? {
             None => Prepared::NoRoom,
             Some(Ok(snapshot)) => Prepared::Planned {
                 snapshot,
@@ -440,7 +462,7 @@ async fn build(
     mut builder: SnapshotBuilder,
     lengths: &HashMap<String, StoredLength>,
     mut inline: HashMap<String, Vec<u8>>,
-    room: Room,
+    mut reads: Reads<'_>,
     limit: Option<Duration>,
 ) -> Result<Option<Result<Snapshot, Rejection>>, StoreError> {
     if let Err(r) = builder.check_project() {
@@ -454,24 +476,30 @@ async fn build(
             bytes: need,
             failed,
         } = next_batch(&builder, lengths, &mut next);
+        let known = |(i, approved, digest): &(usize, Vec<String>, String)| {
+            reads
+                .readings
+                .has(digest, &builder.heads()[*i].package_name, approved)
+        };
+        let in_hand = batch.iter().all(|h| known(h) || inline.contains_key(&h.2));
         let added;
         (builder, added) = match batch.as_slice() {
             [] => (builder, Ok(())),
-            _ if batch.iter().all(|(_, _, d)| inline.contains_key(d)) => {
+            _ if in_hand => {
                 let revisions = batch
                     .iter()
                     .filter_map(|(_, _, d)| inline.remove_entry(d))
                     .collect();
-                feed(builder, batch, revisions).await?
+                feed(builder, batch, revisions, reads.readings).await?
             }
             [(i, approved, digest)] if need > BATCH_BYTES => {
                 let head = (*i, approved.as_slice(), digest.as_str());
-                match read_in_slices(a, budget, builder, head, need, room, limit).await? {
+                match read_in_slices(a, budget, builder, head, need, &mut reads, limit).await? {
                     Some(read) => read,
                     None => return Ok(None),
                 }
             }
-            _ => match read_together(a, budget, builder, batch, need, room, limit).await? {
+            _ => match read_together(a, budget, builder, batch, need, &mut reads, limit).await? {
                 Some(read) => read,
                 None => return Ok(None),
             },
@@ -498,7 +526,7 @@ async fn read_in_slices(
     builder: SnapshotBuilder,
     (i, approved, digest): (usize, &[String], &str),
     need: u64,
-    room: Room,
+    reads: &mut Reads<'_>,
     limit: Option<Duration>,
 ) -> Result<Option<(SnapshotBuilder, Result<(), Rejection>)>, StoreError> {
     // What is held while a slice is parsed: on PostgreSQL the driver's read buffer, which the
@@ -508,7 +536,7 @@ async fn read_in_slices(
         Dialect::Postgres => (SLICE_BYTES_PG, 2 * SLICE_BYTES_PG.min(need)),
         Dialect::Sqlite => (SLICE_BYTES_SQLITE, need + 2 * SLICE_BYTES_SQLITE.min(need)),
     };
-    let Some(_reservation) = room.hold(budget, held + parse_held(need)).await else {
+    let Some(_reservation) = reads.room.hold(budget, held + parse_held(need)).await else {
         return Ok(None);
     };
     let package = builder.heads()[i].package_name.clone();
@@ -533,9 +561,11 @@ async fn read_in_slices(
         .await??;
         offset += len;
     }
+    let streamed = cpu(true, move || stream.finish()).await?;
+    reads.readings.keep(digest, &package, approved, &streamed);
     cpu(true, move || {
         let mut builder = builder;
-        let added = builder.add_streamed(i, stream.finish());
+        let added = builder.add_streamed(i, streamed);
         (builder, added)
     })
     .await
@@ -549,20 +579,31 @@ async fn read_together(
     builder: SnapshotBuilder,
     batch: Vec<(usize, Vec<String>, String)>,
     need: u64,
-    room: Room,
+    reads: &mut Reads<'_>,
     limit: Option<Duration>,
 ) -> Result<Option<(SnapshotBuilder, Result<(), Rejection>)>, StoreError> {
-    let Some(_reservation) = room.hold(budget, need + parse_held(need)).await else {
+    let Some(_reservation) = reads.room.hold(budget, need + parse_held(need)).await else {
         return Ok(None);
     };
-    let digests: Vec<&str> = batch.iter().map(|(_, _, d)| d.as_str()).collect();
+    // A revision the batch has already read for an earlier project is not fetched again.
+    let unread: Vec<&(usize, Vec<String>, String)> = batch
+        .iter()
+        .filter(|(i, approved, d)| {
+            !reads
+                .readings
+                .has(d, &builder.heads()[*i].package_name, approved)
+        })
+        .collect();
+    let digests: Vec<&str> = unread.iter().map(|(_, _, d)| d.as_str()).collect();
     let revisions = answered(limit, a.revision_contents(&digests)).await?;
-    if let Some((_, _, d)) = batch.iter().find(|(_, _, d)| !revisions.contains_key(d)) {
+    if let Some((_, _, d)) = unread.iter().find(|(_, _, d)| !revisions.contains_key(d)) {
         return Err(StoreError::Transient(format!(
             "revision {d} vanished while read"
         )));
     }
-    feed(builder, batch, revisions).await.map(Some)
+    feed(builder, batch, revisions, reads.readings)
+        .await
+        .map(Some)
 }
 
 /// Revision bytes as a batch holds them: borrowed from the rows they came in, or owned.
@@ -588,33 +629,47 @@ async fn feed<R: Held>(
     builder: SnapshotBuilder,
     batch: Vec<(usize, Vec<String>, String)>,
     revisions: HashMap<String, R>,
+    readings: &mut Readings,
 ) -> Result<(SnapshotBuilder, Result<(), Rejection>), StoreError> {
     let bytes: usize = revisions
         .values()
         .map(|r| r.held().map_or(0, <[u8]>::len))
         .sum();
-    let (builder, added) = cpu(bytes >= OFFLOAD_BYTES, move || {
+    let mut kept = std::mem::replace(readings, Readings::none());
+    let (builder, added, kept) = cpu(bytes >= OFFLOAD_BYTES, move || {
         let mut builder = builder;
         let mut added = Ok(Ok(()));
         for (i, approved, digest) in &batch {
-            added = match revisions.get(digest).map(Held::held) {
-                Some(Ok(b)) => Ok(builder.add_revision(*i, approved, b)),
-                Some(Err(e)) => Err(e),
-                // Both callers check that every head's revision is present; were one missing,
-                // its package would silently drop out of the snapshot, so fail the attempt.
-                None => Err(StoreError::Other(format!(
-                    "revision {digest} is missing from the batch read for it; this is a bug, \
-                     please report it"
-                ))),
+            let package = builder.heads()[*i].package_name.clone();
+            added = match kept.take(digest, &package, approved) {
+                Some(streamed) => Ok(builder.add_streamed(*i, streamed)),
+                None => match revisions.get(digest).map(Held::held) {
+                    Some(Ok(b)) => {
+                        let mut stream = RevisionStream::new(&package, approved);
+                        stream.feed(b);
+                        let streamed = stream.finish();
+                        kept.keep(digest, &package, approved, &streamed);
+                        Ok(builder.add_streamed(*i, streamed))
+                    }
+                    Some(Err(e)) => Err(e),
+                    // Both callers check that every head's revision is present; were one
+                    // missing, its package would silently drop out of the snapshot, so fail
+                    // the attempt.
+                    None => Err(StoreError::Other(format!(
+                        "revision {digest} is missing from the batch read for it; this is a \
+                         bug, please report it"
+                    ))),
+                },
             };
             if !matches!(added, Ok(Ok(()))) {
                 break;
             }
         }
         drop(revisions);
-        (builder, added)
+        (builder, added, kept)
     })
     .await?;
+    *readings = kept;
     Ok((builder, added?))
 }
 
@@ -644,7 +699,7 @@ mod tests {
         let builder = SnapshotBuilder::new("p", vec![head("x", &a), head("y", &b)]);
         let batch = vec![(0, vec![], a.clone()), (1, vec![], b.clone())];
         let revisions = HashMap::from([(a.clone(), content)]);
-        let err = feed(builder, batch, revisions)
+        let err = feed(builder, batch, revisions, &mut Readings::none())
             .await
             .err()
             .map(|e| e.to_string());

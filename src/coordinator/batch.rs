@@ -26,15 +26,16 @@ use crate::store::{
 };
 
 use super::attempt::{
-    INLINE_BYTES, Prepared, Room, Step, attempt_in, drift, inline_reservation, prepare, published,
-    rejected, replayed,
+    INLINE_BYTES, Prepared, Readings, Reads, Room, Step, attempt_in, drift, inline_reservation,
+    prepare, published, rejected, replayed,
 };
 use super::budget::{MemoryBudget, Reservation};
 
 /// Runs one attempt over `projects` on a worker's session, in one transaction. `Ok` with the
 /// steps of the batch's first projects, in order: fewer than `projects` when the batch closed
 /// early for memory (none when the first project's revisions did not fit what is free now);
-/// the rest were not decided and nothing of them was written. `Err` when a statement failed
+/// the rest were not decided and nothing of them was written. With them, how many heads took
+/// a revision the batch had already read for an earlier project (see `readings.rs`). `Err` when a statement failed
 /// for a cause that is no one project's outcome (or the commit failed): nothing of the batch
 /// was written, and the caller tries each project alone. `share` is the most the batch's
 /// planned snapshots may hold of the budget.
@@ -43,7 +44,7 @@ pub(super) async fn attempt_batch(
     budget: &MemoryBudget,
     projects: &[String],
     share: u64,
-) -> Result<Vec<Step>, StoreError> {
+) -> Result<(Vec<Step>, u64), StoreError> {
     let limit = session.answer_timeout();
     tracing::debug!(projects = projects.len(), "batch attempt started");
     session
@@ -62,12 +63,16 @@ async fn attempt_savepoints(
     budget: &MemoryBudget,
     projects: &[String],
     limit: Option<Duration>,
-) -> Result<(Vec<Step>, bool), StoreError> {
+) -> Result<((Vec<Step>, u64), bool), StoreError> {
     let mut steps = Vec::with_capacity(projects.len());
     let mut any_kept = false;
+    // No reading is kept across projects here: a project's reads wait for the budget
+    // (`Room::Wait`), and readings held by the batch could leave it waiting on itself. A read
+    // here is in-process, no round trip.
+    let mut readings = Readings::none();
     for project_id in projects {
         answered(limit, a.begin_project()).await?;
-        let (step, keep) = attempt_in(a, budget, project_id, limit).await?;
+        let (step, keep) = attempt_in(a, budget, project_id, &mut readings, limit).await?;
         if keep {
             answered(limit, a.keep_project()).await?;
             any_kept = true;
@@ -76,7 +81,7 @@ async fn attempt_savepoints(
         }
         steps.push(step);
     }
-    Ok((steps, any_kept))
+    Ok(((steps, readings.reused()), any_kept))
 }
 
 /// The smallest per-project cap for revisions that come with a batch's opening.
@@ -95,7 +100,7 @@ async fn attempt_set(
     projects: &[String],
     share: u64,
     limit: Option<Duration>,
-) -> Result<(Vec<Step>, bool), StoreError> {
+) -> Result<((Vec<Step>, u64), bool), StoreError> {
     // Revisions come with the opening only if the memory for all of them is free now. A
     // project's cap shrinks with the batch so that the whole batch's fit half the worker's
     // share (most projects' revisions are a few KiB: a large batch of them still comes
@@ -104,10 +109,32 @@ async fn attempt_set(
     let inline_memory = budget.try_reserve(inline_reservation(projects.len(), cap));
     let cap = inline_memory.as_ref().map(|_| cap);
     let openings = answered(limit, a.open_batch(projects, cap)).await?;
+    let mut readings = Readings::shared(
+        budget,
+        openings.iter().flat_map(|o| {
+            o.heads.iter().map(|h| {
+                (
+                    h.head.revision_digest.as_str(),
+                    h.head.package_name.as_str(),
+                )
+            })
+        }),
+    );
     let mut entries: Vec<Entry> = Vec::with_capacity(projects.len());
     let mut held = 0;
     for (project_id, opening) in projects.iter().zip(openings) {
-        let prepared = prepare(a, budget, project_id, opening, Room::Now, limit).await?;
+        let prepared = prepare(
+            a,
+            budget,
+            project_id,
+            opening,
+            Reads {
+                room: Room::Now,
+                readings: &mut readings,
+            },
+            limit,
+        )
+        .await?;
         let snapshot_memory = match &prepared {
             Prepared::NoRoom => break,
             Prepared::Planned { snapshot, .. } => {
@@ -133,6 +160,8 @@ async fn attempt_set(
         });
     }
     drop(inline_memory);
+    let reused = readings.reused();
+    drop(readings);
     let finishing: Vec<(usize, Finishing<'_>)> = entries
         .iter()
         .zip(projects)
@@ -154,7 +183,7 @@ async fn attempt_set(
     for (entry, f) in entries.into_iter().zip(by_entry) {
         steps.push(step_of(a, entry.prepared, f, limit).await?);
     }
-    Ok((steps, commit))
+    Ok(((steps, reused), commit))
 }
 
 /// What a prepared project asks of the batch's last statement, if anything.

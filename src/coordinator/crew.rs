@@ -32,8 +32,8 @@ pub(super) struct Crew {
     database_down: Arc<AtomicBool>,
     /// Why the run stopped on a cause no retry heals, if it did (the first one).
     halted: Arc<std::sync::OnceLock<String>>,
-    /// Batch attempts made, and those that failed as a whole.
-    batches: Arc<(AtomicU64, AtomicU64)>,
+    /// Batch attempts made, those that failed as a whole, and revisions batches reused.
+    batches: Arc<(AtomicU64, AtomicU64, AtomicU64)>,
 }
 
 impl Crew {
@@ -114,14 +114,17 @@ impl Crew {
                 }
             };
             let steps = match tried {
-                Ok(steps) if steps.is_empty() => {
+                Ok((steps, _)) if steps.is_empty() => {
                     // Not even the first project's revisions fit what is free now: it waits
                     // for the budget alone, holding nothing else.
                     out.push(self.process(session, &rest[0]).await);
                     rest = &rest[1..];
                     continue;
                 }
-                Ok(steps) => steps,
+                Ok((steps, reused)) => {
+                    self.batches.2.fetch_add(reused, Ordering::Relaxed);
+                    steps
+                }
                 Err(e) => {
                     self.batches.1.fetch_add(1, Ordering::Relaxed);
                     tracing::debug!(error = %e, projects = rest.len(), "the batch failed as a whole; each project is built alone");
@@ -155,6 +158,7 @@ impl Crew {
         super::BatchTally {
             attempts: self.batches.0.load(Ordering::Relaxed),
             failed: self.batches.1.load(Ordering::Relaxed),
+            reused_revisions: self.batches.2.load(Ordering::Relaxed),
         }
     }
 

@@ -7,6 +7,7 @@ mod budget;
 mod crew;
 mod lanes;
 mod memory;
+mod readings;
 pub mod slots;
 mod stop;
 
@@ -178,6 +179,9 @@ pub struct BatchTally {
     pub attempts: u64,
     /// Of those, the ones that failed as a whole and were built again project by project.
     pub failed: u64,
+    /// Heads that took a revision their batch had already fetched and parsed for an earlier
+    /// project, instead of reading it again.
+    pub reused_revisions: u64,
 }
 
 impl<'a> Coordinator<'a> {

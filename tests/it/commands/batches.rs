@@ -2,7 +2,8 @@
 //! outcome it gets alone. The same fixture, a healthy crowd with one project of every
 //! rejection (a revision missing among them), is run at `--batch-size 8` and at 1 on two
 //! copies: every project ends the same way with the same digests, and the summary counts
-//! projects, never batches. On PostgreSQL a project whose claim another executor holds through
+//! projects, never batches. The crowd's projects share their packages' revisions, which a
+//! PostgreSQL batch parses once. On PostgreSQL a project whose claim another executor holds through
 //! the run is left out of its batch and reported as claimed elsewhere, and its batch commits.
 
 use std::collections::BTreeMap;
@@ -66,6 +67,14 @@ async fn batches_keep_each_projects_outcome(batched: Store, alone: Store) {
     let b = with_batches.batches;
     assert!(b.attempts >= 5 && b.failed == 0, "{b:?}");
     assert_eq!(one_by_one.batches.attempts, 0);
+    // The crowd's projects share their packages' revisions: a PostgreSQL batch parsed each
+    // once for all its projects (and still ended every project as alone, above). SQLite's
+    // batch reads each project's own, in-process.
+    match batched.dialect() {
+        Dialect::Postgres => assert!(b.reused_revisions >= 40, "{b:?}"),
+        Dialect::Sqlite => assert_eq!(b.reused_revisions, 0, "{b:?}"),
+    }
+    assert_eq!(one_by_one.batches.reused_revisions, 0);
     let projects = with_batches.outcomes.len() as u64;
     assert!(projects > 40, "{projects}");
     let s = &with_batches.summary;

@@ -101,8 +101,10 @@ pub struct RevisionStream {
     scanner: Scanner,
 }
 
-/// A revision read to its end: its digest, and its contribution or the one rejection.
-#[derive(Debug)]
+/// A revision read to its end: its digest, and its contribution or the one rejection. It
+/// depends on nothing but the bytes, the package name and the approved permissions the reader
+/// was made with, so a batch keeps one for every head that shares all three.
+#[derive(Clone, Debug)]
 pub struct Streamed {
     /// SHA-256 of every byte fed.
     pub digest: Digest,
@@ -159,5 +161,32 @@ impl Streamed {
     /// The package's contribution, or the first problem in contract section 6 order.
     pub fn extract(self) -> Result<Contribution, Rejection> {
         self.verdict
+    }
+
+    /// About how many bytes a copy of this holds: the definitions' canonical bodies and
+    /// strings, or the rejection's text (for a memory reservation, so a little over).
+    pub fn held_bytes(&self) -> u64 {
+        const PER_DEFINITION: u64 = 256;
+        let text = |s: &str| s.len() as u64;
+        match &self.verdict {
+            Ok(c) => {
+                let definitions: u64 = c
+                    .definitions
+                    .iter()
+                    .map(|d| {
+                        PER_DEFINITION
+                            + d.body.as_ref().map_or(0, |b| b.len() as u64)
+                            + text(&d.canonical_identity)
+                            + text(&d.alias)
+                            + text(&d.version)
+                            + text(&d.identity.source)
+                            + text(&d.identity.origin)
+                            + text(&d.identity.name)
+                    })
+                    .sum();
+                PER_DEFINITION + text(&c.package_version) + definitions
+            }
+            Err(r) => PER_DEFINITION + text(&r.detail),
+        }
     }
 }
