@@ -107,7 +107,7 @@ impl Readings {
         approved: &[String],
         streamed: &Streamed,
     ) {
-        let Some(budget) = &self.budget else {
+        let Some(budget) = self.budget.as_ref().filter(|_| !self.wanted.is_empty()) else {
             return;
         };
         let wanted = self
