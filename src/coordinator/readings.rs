@@ -192,11 +192,12 @@ mod tests {
         let a = first.digest.as_str().to_owned();
         let held = budget.try_reserve(1024);
         assert!(held.is_some());
-        let mut readings = Readings::shared(&budget, [(a.as_str(), "x"), (a.as_str(), "x")]);
+        let altered = format!("sha256:{}", "c".repeat(64));
+        let heads = [&a, &a, &altered, &altered].map(|d| (d.as_str(), "x"));
+        let mut readings = Readings::shared(&budget, heads);
         readings.keep(&a, "x", &none, &first);
         assert!(!readings.has(&a, "x", &none), "no budget free");
         drop(held);
-        let altered = format!("sha256:{}", "c".repeat(64));
         readings.keep(&altered, "x", &none, &first);
         assert!(
             !readings.has(&altered, "x", &none),
