@@ -51,11 +51,15 @@ async fn make_room(store: &Store) {
 }
 
 /// A run of `workers` workers that tries each project once, with no final probes.
-async fn one_attempt_each(store: &Store, workers: usize) -> RunReport {
+/// The full phase runs at the default batch and at one project a transaction.
+const BATCH_SIZES: [usize; 2] = [package_executor::defaults::BATCH_SIZE as usize, 1];
+
+async fn one_attempt_each(store: &Store, workers: usize, batch_size: usize) -> RunReport {
     let settings = RunSettings {
         concurrency: workers,
         max_attempts: 1,
         final_probes: 0,
+        batch_size,
         ..settings()
     };
     Coordinator::new(store.clone(), settings, Stop::default(), &LogObserver)
@@ -148,15 +152,17 @@ fn a_sqlite_run_that_fills_the_disk_writes_nothing_and_leaves_the_projects_pendi
             store.close().await;
         }
         let store = cramped(&url, 0).await;
-        // One connection, so one worker.
-        let report = one_attempt_each(&store, 1).await;
-        assert_nothing_fit(&report, "13");
-        assert_eq!(
-            row_counts(&store).await[4..7],
-            [0, 0, 0],
-            "a snapshot row was written"
-        );
-        assert_eq!(marked(&store).await.len(), 6, "a project lost its mark");
+        // One connection, so one worker; at the default batch and one project a transaction.
+        for batch_size in BATCH_SIZES {
+            let report = one_attempt_each(&store, 1, batch_size).await;
+            assert_nothing_fit(&report, "13");
+            assert_eq!(
+                row_counts(&store).await[4..7],
+                [0, 0, 0],
+                "a snapshot row was written (--batch-size {batch_size})"
+            );
+            assert_eq!(marked(&store).await.len(), 6, "a project lost its mark");
+        }
 
         make_room(&store).await;
         let again = run_all(&store, false).await;
@@ -383,13 +389,16 @@ fn a_postgres_run_that_fills_the_disk_writes_nothing_and_leaves_the_projects_pen
         let (volume, filler) = fill_under(&admin, &moved, RUN_VOLUME_KIB).await;
 
         let exec_store = connect(&pg::as_login(&url, "login_executor")).await;
-        let report = one_attempt_each(&exec_store, 4).await;
-        assert_nothing_fit(&report, "53100");
-        assert_eq!(
-            scalar(&admin, "SELECT COUNT(*) FROM ql3.tool_definition_snapshots").await,
-            0
-        );
-        assert_eq!(marked(&admin).await.len(), 6, "a project lost its mark");
+        for batch_size in BATCH_SIZES {
+            let report = one_attempt_each(&exec_store, 4, batch_size).await;
+            assert_nothing_fit(&report, "53100");
+            assert_eq!(
+                scalar(&admin, "SELECT COUNT(*) FROM ql3.tool_definition_snapshots").await,
+                0,
+                "--batch-size {batch_size}"
+            );
+            assert_eq!(marked(&admin).await.len(), 6, "a project lost its mark");
+        }
         println!(
             "after the full phase: {}",
             space_report(&admin, &volume, &moved).await

@@ -2,7 +2,8 @@
 //! synchronous mode, HAProxy on `GET /primary`; see `crates/testkit/src/patroni.rs`) goes through a
 //! leader crash, the old leader's rejoin (`pg_rewind`), a planned switchover, a silent cut of
 //! the leader's link, and the leader cut off from etcd and its peer while the executors still
-//! reach it. Throughout, executor replicas run pass after pass through both ways users reach
+//! reach it. Throughout, executor replicas (on each way one at the default batch and one a
+//! project a transaction: `chaos::batch_size`) run pass after pass through both ways users reach
 //! the leader (a multi-host URL with `target_session_attrs=read-write`, and the proxy standing
 //! in for the operator's primary Service), a control plane activates generations, and a
 //! consumer on each way asks for current snapshots.
@@ -160,10 +161,11 @@ async fn connect_read_write(hosts: &[String]) -> Option<PgConnection> {
 }
 
 /// Runs one executor pass and reads what it reported published from its JSON log.
-async fn pass(url: &str, way: Way, pids: &Pids) -> Pass {
+async fn pass(url: &str, way: Way, batch: &str, pids: &Pids) -> Pass {
     let started = Instant::now();
     let mut child = exe(url, "5s")
         .args(chaos::PASS)
+        .args(["--batch-size", batch])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -269,19 +271,20 @@ async fn scenarios(seed: u64) {
     let mut actors = Actors::new(seed);
     let passes: Arc<Mutex<Vec<Pass>>> = Arc::new(Mutex::new(Vec::new()));
 
-    // Two executor replicas per way, pass after pass; after a failed pass a short pause, as a
-    // Job's backoff would give.
+    // Two executor replicas per way, pass after pass, one of them one project a transaction
+    // (`chaos::batch_size`); after a failed pass a short pause, as a Job's backoff would give.
     for way in WAYS {
-        for _ in 0..2 {
+        for k in 0..2 {
             let (running, passes, pids, url) = (
                 actors.running(),
                 passes.clone(),
                 actors.pids.clone(),
                 urls[way.index()].clone(),
             );
+            let batch = chaos::batch_size(k);
             actors.spawn(async move {
                 while running.get() {
-                    let p = pass(&url, way, &pids).await;
+                    let p = pass(&url, way, &batch, &pids).await;
                     let failed = p.code != Some(0);
                     passes.lock().unwrap().push(p);
                     if failed {

@@ -1,4 +1,5 @@
-//! A storm: three executor replicas run pass after pass while a control plane keeps activating
+//! A storm: three executor replicas (one of them one project a transaction, the others at the
+//! default batch: `chaos::batch_size`) run pass after pass while a control plane keeps activating
 //! generations, and at random the server crashes (`pg_ctl stop -m immediate`, then starts
 //! again), a replica is SIGKILLed, or the network between the executors and the server is
 //! partitioned and healed. The server lives in a network namespace of its own, joined to this one
@@ -223,7 +224,7 @@ async fn storm(seed: u64, seconds: u64) {
     let counts = Arc::new(Counts::default());
     let mut actors = Actors::new(seed);
     let bad_exits: Arc<Mutex<Vec<String>>> = Arc::new(Mutex::new(Vec::new()));
-    for _ in 0..3 {
+    for k in 0..3 {
         let (running, pids, counts, bad, url) = (
             actors.running(),
             actors.pids.clone(),
@@ -231,10 +232,12 @@ async fn storm(seed: u64, seconds: u64) {
             bad_exits.clone(),
             exec_url.clone(),
         );
+        let batch = chaos::batch_size(k);
         actors.spawn(async move {
             while running.get() {
                 let mut child = exe(&url, "5s")
                     .args(chaos::PASS)
+                    .args(["--batch-size", &batch])
                     .stdout(std::process::Stdio::null())
                     .stderr(std::process::Stdio::null())
                     .spawn()

@@ -44,6 +44,17 @@ pub const PASS: [&str; 12] = [
     "20s",
 ];
 
+/// Replica `k`'s `--batch-size`: every other replica builds one project a transaction and the
+/// rest take the default batch, so every fault meets both sizes and replicas of different
+/// sizes must converge on the same digests.
+pub fn batch_size(k: usize) -> String {
+    if k % 2 == 1 {
+        "1".to_owned()
+    } else {
+        package_executor::defaults::BATCH_SIZE.to_string()
+    }
+}
+
 /// The seed from `var` (a replay), else one from the clock.
 pub fn seed(var: &str) -> u64 {
     std::env::var(var)
