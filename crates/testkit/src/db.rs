@@ -149,11 +149,21 @@ pub async fn publish(store: &Store, project: &str) -> Outcome {
 
 /// A run over the marked projects (or every project with `full_scan`); its summary's counts.
 pub async fn run_all(store: &Store, full_scan: bool) -> package_executor::report::RunSummary {
+    run_all_at(store, full_scan, settings().batch_size).await
+}
+
+/// [`run_all`] at `--batch-size` `batch_size`.
+pub async fn run_all_at(
+    store: &Store,
+    full_scan: bool,
+    batch_size: usize,
+) -> package_executor::report::RunSummary {
     let observer = LogObserver;
     Coordinator::new(
         store.clone(),
         RunSettings {
             full_scan,
+            batch_size,
             ..settings()
         },
         Stop::default(),

@@ -49,18 +49,36 @@ struct Stores {
     exec: Store,
     /// The executor's URL, for the binary.
     exec_url: String,
+    /// The `--batch-size` of the body's runs: each dialect runs every body at the default and
+    /// at one project a transaction.
+    batch_size: usize,
 }
+
+impl Stores {
+    /// A run of the executor over the marked projects (every project with `full_scan`).
+    async fn run(&self, full_scan: bool) -> package_executor::report::RunSummary {
+        run_all_at(&self.exec, full_scan, self.batch_size).await
+    }
+}
+
+/// One project a transaction.
+const ALONE: usize = 1;
+/// The default batch.
+const BATCHED: usize = package_executor::defaults::BATCH_SIZE as usize;
 
 macro_rules! contract {
     ($($name:ident),* $(,)?) => {$(
         mod $name {
-            /// The `pg` tier's variants.
+            /// The `pg` tier's variants: the owner's login one project a transaction, the
+            /// executor's login at the default batch.
             mod on_postgres {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn postgres() {
                     let url = super::super::pg::fresh_db().await;
                     let admin = super::super::connect(&url).await;
-                    let stores = super::super::Stores { exec: admin.clone(), admin, exec_url: url };
+                    let stores = super::super::Stores {
+                        exec: admin.clone(), admin, exec_url: url, batch_size: super::super::ALONE,
+                    };
                     super::super::within(180, super::super::$name(stores)).await;
                 }
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -69,7 +87,9 @@ macro_rules! contract {
                     let admin = super::super::connect(&url).await;
                     let exec_url = super::super::pg::as_login(&url, "login_executor");
                     let exec = super::super::connect(&exec_url).await;
-                    let stores = super::super::Stores { admin, exec, exec_url };
+                    let stores = super::super::Stores {
+                        admin, exec, exec_url, batch_size: super::super::BATCHED,
+                    };
                     super::super::within(180, super::super::$name(stores)).await;
                 }
             }
@@ -77,7 +97,18 @@ macro_rules! contract {
             async fn sqlite() {
                 let (url, _dir) = super::pg::fresh_sqlite().await;
                 let admin = super::connect(&url).await;
-                let stores = super::Stores { exec: admin.clone(), admin, exec_url: url };
+                let stores = super::Stores {
+                    exec: admin.clone(), admin, exec_url: url, batch_size: super::BATCHED,
+                };
+                super::within(180, super::$name(stores)).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite_alone() {
+                let (url, _dir) = super::pg::fresh_sqlite().await;
+                let admin = super::connect(&url).await;
+                let stores = super::Stores {
+                    exec: admin.clone(), admin, exec_url: url, batch_size: super::ALONE,
+                };
                 super::within(180, super::$name(stores)).await;
             }
         }
@@ -147,7 +178,7 @@ async fn verified(store: &Store) -> Vec<(String, Vec<String>)> {
 /// changed behind the append-only triggers is pinned on its snapshot alone.
 async fn verify_pairs_each_snapshot_with_its_own_sources(s: Stores) {
     import(&s.admin, &fixtures::many_projects(40, 3, 1, 0)).await;
-    assert_eq!(run_all(&s.exec, false).await.published, 40);
+    assert_eq!(s.run(false).await.published, 40);
     let clean = verified(&s.exec).await;
     assert_eq!(clean.len(), 40, "every snapshot once, over three pages");
     assert!(clean.iter().all(|(_, p)| p.is_empty()), "{clean:?}");
@@ -1141,7 +1172,7 @@ const D: &str = "'sha256:0000000000000000000000000000000000000000000000000000000
 
 /// Runs until nothing is marked, and checks that it is so.
 async fn settle(s: &Stores) {
-    let summary = run_all(&s.exec, false).await;
+    let summary = s.run(false).await;
     assert_eq!(summary.exit_code, Exit::Ok, "{summary:?}");
     assert_eq!(marked(&s.exec).await, Vec::<String>::new(), "{summary:?}");
 }
@@ -1273,7 +1304,7 @@ async fn a_mark_is_cleared_only_at_the_version_read(s: Stores) {
         "the newer change stays marked"
     );
     // The next run deals with it and clears it.
-    let summary = run_all(&s.exec, false).await;
+    let summary = s.run(false).await;
     assert_eq!((summary.projects_scanned, summary.already_current), (1, 1));
     assert_eq!(marked(&s.exec).await, Vec::<String>::new());
 }
@@ -1293,14 +1324,14 @@ async fn full_scan_finds_a_project_whose_mark_was_lost(s: Stores) {
     .await
     .unwrap();
     assert_eq!(current_digest(&s.exec, "demo-1").await, None);
-    let summary = run_all(&s.exec, false).await;
+    let summary = s.run(false).await;
     assert_eq!((summary.projects_scanned, summary.published), (0, 0));
     assert_eq!(
         current_digest(&s.exec, "demo-1").await,
         None,
         "nothing stale is served"
     );
-    let summary = run_all(&s.exec, true).await;
+    let summary = s.run(true).await;
     assert_eq!(summary.published, 1, "{summary:?}");
     assert!(current_digest(&s.exec, "demo-1").await.is_some());
 }
@@ -1448,7 +1479,7 @@ async fn a_late_revision_is_built(s: Stores) {
     assert!(said.contains("reports revision-missing while"), "{said}");
     assert!(!said.contains("rejected"), "{said}");
 
-    let summary = run_all(&s.exec, false).await;
+    let summary = s.run(false).await;
     assert_eq!(summary.projects_scanned, 1, "{summary:?}");
     assert_eq!(summary.rejected.get(&RevisionMissing.into()), 1);
     assert_eq!(recorded_rejections(&s.admin, "revision-missing").await, 0);
@@ -1474,7 +1505,7 @@ async fn a_late_revision_is_built(s: Stores) {
         "{said}"
     );
 
-    let summary = run_all(&s.exec, false).await;
+    let summary = s.run(false).await;
     assert_eq!(
         (
             summary.projects_scanned,
@@ -1525,7 +1556,7 @@ async fn a_revision_missing_row_of_an_older_build_never_stands(s: Stores) {
         !said.contains("rejected") && !said.contains("not stored"),
         "{said}"
     );
-    let summary = run_all(&s.exec, false).await;
+    let summary = s.run(false).await;
     assert_eq!(
         (summary.published, summary.exit_code),
         (1, Exit::Ok),
@@ -1547,10 +1578,10 @@ async fn a_revision_missing_row_of_an_older_build_never_stands(s: Stores) {
 async fn a_late_revision_rejected_for_its_content_stands(s: Stores) {
     let revision = late_revision(serde_json::json!({"command": "rm -rf /"}));
     import(&s.admin, &late_fixture(&revision, false)).await;
-    let summary = run_all(&s.exec, false).await;
+    let summary = s.run(false).await;
     assert_eq!(summary.rejected.get(&RevisionMissing.into()), 1);
     store_revision_by_sql(&s.admin, &revision).await;
-    let summary = run_all(&s.exec, false).await;
+    let summary = s.run(false).await;
     assert_eq!(
         summary.rejected.get(&ForbiddenField.into()),
         1,
@@ -1560,7 +1591,7 @@ async fn a_late_revision_rejected_for_its_content_stands(s: Stores) {
     let said = explain_late(&s).await;
     assert!(said.contains("rejected       forbidden-field"), "{said}");
     assert!(said.contains("the rejection stands"), "{said}");
-    let summary = run_all(&s.exec, true).await;
+    let summary = s.run(true).await;
     assert_eq!(
         summary.rejected.get(&ForbiddenField.into()),
         1,
@@ -1974,6 +2005,7 @@ mod on_postgres {
                     admin: store.clone(),
                     exec: store.clone(),
                     exec_url: String::new(),
+                    batch_size: BATCHED,
                 };
                 let projects = ["demo-1", "demo-2", "demo-empty"];
                 for p in projects {
