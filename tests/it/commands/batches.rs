@@ -267,6 +267,31 @@ mod on_postgres {
         within(300, super::batches_keep_each_projects_outcome(a, b)).await;
     }
 
+    /// Revisions too large to come with the opening (two of about 160 KB a project, over its
+    /// 256 KiB cap), shared by every project: a batch reads each in a statement of its own once,
+    /// for its first project, and every project ends as it does alone.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn shared_revisions_read_apart_are_read_once_a_batch() {
+        let (batched, alone) = (
+            connect(&pg::fresh_db().await).await,
+            connect(&pg::fresh_db().await).await,
+        );
+        within(300, async {
+            for store in [&batched, &alone] {
+                import(store, &fixtures::many_projects(12, 2, 2, 160_000)).await;
+            }
+            let with_batches = run_at(&batched, 8).await;
+            let one_by_one = run_at(&alone, 1).await;
+            assert_eq!(ends(&with_batches.outcomes), ends(&one_by_one.outcomes));
+            assert_eq!(with_batches.summary.published, 12);
+            // Twelve projects in at most six batches: each batch's first project reads the two
+            // revisions, the rest take them.
+            let b = with_batches.batches;
+            assert!(b.failed == 0 && b.reused_revisions >= 12, "{b:?}");
+        })
+        .await;
+    }
+
     /// A claim another executor holds through the run: its project is left out of each batch
     /// it lands in, without waiting, and tried again alone; the rest of its batch commits.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
