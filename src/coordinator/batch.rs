@@ -34,8 +34,7 @@ use super::budget::{MemoryBudget, Reservation};
 /// Runs one attempt over `projects` on a worker's session, in one transaction. `Ok` with the
 /// steps of the batch's first projects, in order: fewer than `projects` when the batch closed
 /// early for memory (none when the first project's revisions did not fit what is free now);
-/// the rest were not decided and nothing of them was written. With them, how many heads took
-/// a revision the batch had already read for an earlier project (see `readings.rs`). `Err` when a statement failed
+/// the rest were not decided and nothing of them was written. `Err` when a statement failed
 /// for a cause that is no one project's outcome (or the commit failed): nothing of the batch
 /// was written, and the caller tries each project alone. `share` is the most the batch's
 /// planned snapshots may hold of the budget.
@@ -44,7 +43,7 @@ pub(super) async fn attempt_batch(
     budget: &MemoryBudget,
     projects: &[String],
     share: u64,
-) -> Result<(Vec<Step>, u64), StoreError> {
+) -> Result<Batched, StoreError> {
     let limit = session.answer_timeout();
     tracing::debug!(projects = projects.len(), "batch attempt started");
     session
@@ -55,6 +54,15 @@ pub(super) async fn attempt_batch(
         .await
 }
 
+/// What a batch decided.
+pub(super) struct Batched {
+    /// The steps of the batch's first projects, in order.
+    pub(super) steps: Vec<Step>,
+    /// Heads that took a revision the batch had already read for an earlier project (see
+    /// `readings.rs`).
+    pub(super) reused_revisions: u64,
+}
+
 /// SQLite's batch: the lone attempt's steps for each project after a savepoint of its own,
 /// kept when its outcome writes (a publish, a replay, a recorded rejection, a cleared mark)
 /// and undone otherwise (a drift), then one commit.
@@ -63,16 +71,15 @@ async fn attempt_savepoints(
     budget: &MemoryBudget,
     projects: &[String],
     limit: Option<Duration>,
-) -> Result<((Vec<Step>, u64), bool), StoreError> {
+) -> Result<(Batched, bool), StoreError> {
     let mut steps = Vec::with_capacity(projects.len());
     let mut any_kept = false;
-    // No reading is kept across projects here: a project's reads wait for the budget
-    // (`Room::Wait`), and readings held by the batch could leave it waiting on itself. A read
-    // here is in-process, no round trip.
-    let mut readings = Readings::none();
     for project_id in projects {
         answered(limit, a.begin_project()).await?;
-        let (step, keep) = attempt_in(a, budget, project_id, &mut readings, limit).await?;
+        // No reading is kept across projects here: a project's reads wait for the budget
+        // (`Room::Wait`), and readings held by the batch could leave it waiting on itself. A
+        // read here is in-process, no round trip.
+        let (step, keep) = attempt_in(a, budget, project_id, &mut Readings::none(), limit).await?;
         if keep {
             answered(limit, a.keep_project()).await?;
             any_kept = true;
@@ -81,7 +88,11 @@ async fn attempt_savepoints(
         }
         steps.push(step);
     }
-    Ok(((steps, readings.reused()), any_kept))
+    let batched = Batched {
+        steps,
+        reused_revisions: 0,
+    };
+    Ok((batched, any_kept))
 }
 
 /// The smallest per-project cap for revisions that come with a batch's opening.
@@ -100,7 +111,7 @@ async fn attempt_set(
     projects: &[String],
     share: u64,
     limit: Option<Duration>,
-) -> Result<((Vec<Step>, u64), bool), StoreError> {
+) -> Result<(Batched, bool), StoreError> {
     // Revisions come with the opening only if the memory for all of them is free now. A
     // project's cap shrinks with the batch so that the whole batch's fit half the worker's
     // share (most projects' revisions are a few KiB: a large batch of them still comes
@@ -183,7 +194,11 @@ async fn attempt_set(
     for (entry, f) in entries.into_iter().zip(by_entry) {
         steps.push(step_of(a, entry.prepared, f, limit).await?);
     }
-    Ok(((steps, reused), commit))
+    let batched = Batched {
+        steps,
+        reused_revisions: reused,
+    };
+    Ok((batched, commit))
 }
 
 /// What a prepared project asks of the batch's last statement, if anything.

@@ -114,16 +114,18 @@ impl Crew {
                 }
             };
             let steps = match tried {
-                Ok((steps, _)) if steps.is_empty() => {
+                Ok(b) if b.steps.is_empty() => {
                     // Not even the first project's revisions fit what is free now: it waits
                     // for the budget alone, holding nothing else.
                     out.push(self.process(session, &rest[0]).await);
                     rest = &rest[1..];
                     continue;
                 }
-                Ok((steps, reused)) => {
-                    self.batches.2.fetch_add(reused, Ordering::Relaxed);
-                    steps
+                Ok(b) => {
+                    self.batches
+                        .2
+                        .fetch_add(b.reused_revisions, Ordering::Relaxed);
+                    b.steps
                 }
                 Err(e) => {
                     self.batches.1.fetch_add(1, Ordering::Relaxed);

@@ -1,5 +1,6 @@
 //! Revisions a batch has read, kept for its later projects: a revision that several projects of
-//! one batch share is fetched and parsed once (contract section 2, "Revisions by byte budget").
+//! one batch share is parsed once, and fetched once when it is read in a statement of its own
+//! (docs/contract.md, section 9, "A run").
 //!
 //! A reading ([`Streamed`]: the digest of the bytes and the reader's verdict) depends on the
 //! revision's bytes, named by its digest, on the installation's package name and on the

@@ -66,6 +66,20 @@ const ALONE: usize = 1;
 /// The default batch.
 const BATCHED: usize = package_executor::defaults::BATCH_SIZE as usize;
 
+/// A SQLite variant's stores: a fresh file (kept while the second value lives), one login for
+/// both roles, runs at `batch_size`.
+async fn sqlite_stores(batch_size: usize) -> (Stores, impl Sized) {
+    let (url, dir) = pg::fresh_sqlite().await;
+    let admin = connect(&url).await;
+    let stores = Stores {
+        exec: admin.clone(),
+        admin,
+        exec_url: url,
+        batch_size,
+    };
+    (stores, dir)
+}
+
 macro_rules! contract {
     ($($name:ident),* $(,)?) => {$(
         mod $name {
@@ -95,20 +109,12 @@ macro_rules! contract {
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn sqlite() {
-                let (url, _dir) = super::pg::fresh_sqlite().await;
-                let admin = super::connect(&url).await;
-                let stores = super::Stores {
-                    exec: admin.clone(), admin, exec_url: url, batch_size: super::BATCHED,
-                };
+                let (stores, _dir) = super::sqlite_stores(super::BATCHED).await;
                 super::within(180, super::$name(stores)).await;
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn sqlite_alone() {
-                let (url, _dir) = super::pg::fresh_sqlite().await;
-                let admin = super::connect(&url).await;
-                let stores = super::Stores {
-                    exec: admin.clone(), admin, exec_url: url, batch_size: super::ALONE,
-                };
+                let (stores, _dir) = super::sqlite_stores(super::ALONE).await;
                 super::within(180, super::$name(stores)).await;
             }
         }
