@@ -54,7 +54,8 @@ const POSTGRES_AND_NEXT: &[Migration] = &[
     migration!("postgres", 12, "0012_source_key.sql"),
     migration!("postgres", 13, "0013_cheaper_checks.sql"),
     migration!("postgres", 14, "0014_checks_per_statement.sql"),
-    migration!("postgres", 15, "0015_next_schema.sql"),
+    migration!("postgres", 15, "0015_clear_marks_per_batch.sql"),
+    migration!("postgres", 16, "0016_next_schema.sql"),
 ];
 
 /// SQLite migrations.

@@ -167,15 +167,19 @@ ORDER BY c.ord"
 /// before the build; a snapshot that was not inserted clears the mark only when the same
 /// snapshot is already stored (an exact replay): a different one is `replay-mismatch`, and
 /// one not yet visible is tried again, both of which keep the mark as a rollback would.
+///
+/// Two things keep the server's work per snapshot down (docs/benchmarks.md): the documents
+/// (`$7`) are not part of `p`, which every step reads, but taken by position where they are
+/// inserted, so each is copied once on its way in; and the batch's marks are cleared by one
+/// call of `ql3.clear_pending_marks` (migration 15), not one call each.
 pub const FINISH_BATCH_PG: &str = concat!(
     "
 WITH p AS MATERIALIZED (
   SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::int[],
-                       $7::bytea[], $8::text[], $9::bigint[], $10::text[], $11::text[],
-                       $12::bool[])
+                       $8::text[], $9::bigint[], $10::text[], $11::text[], $12::bool[])
     WITH ORDINALITY AS p(project_id, active_vector_digest, definition_digest, snapshot_digest,
-                         package_count, definition_count, canonical_json, source_key, mark,
-                         reason, detail, observe, ord)
+                         package_count, definition_count, source_key, mark, reason, detail,
+                         observe, ord)
 ), e AS MATERIALIZED (
   SELECT e.*, 'active' AS status
   FROM unnest($13::bigint[], $14::text[], $15::text[], $16::bigint[], $17::text[],
@@ -204,7 +208,7 @@ WITH p AS MATERIALIZED (
     (project_id, active_vector_digest, definition_digest, snapshot_digest, package_count,
      definition_count, canonical_json, source_key)
   SELECT p.project_id, p.active_vector_digest, p.definition_digest, p.snapshot_digest,
-         p.package_count, p.definition_count, p.canonical_json, p.source_key
+         p.package_count, p.definition_count, ($7::bytea[])[p.ord::int], p.source_key
   FROM p JOIN v ON v.ord = p.ord
   WHERE v.steady AND p.definition_digest IS NOT NULL
   ORDER BY p.ord
@@ -225,7 +229,8 @@ WITH p AS MATERIALIZED (
   WHERE v.steady AND p.reason IS NOT NULL
   ON CONFLICT DO NOTHING
 ), clr AS MATERIALIZED (
-  SELECT p.ord, ql3.clear_pending_mark(p.project_id, p.mark) AS cleared
+  SELECT ql3.clear_pending_marks(array_agg(p.project_id ORDER BY p.ord),
+                                 array_agg(p.mark ORDER BY p.ord)) AS cleared
   FROM p JOIN v ON v.ord = p.ord LEFT JOIN ins AS i ON i.project_id = p.project_id
   WHERE v.steady AND p.mark IS NOT NULL
     AND (p.definition_digest IS NULL
@@ -235,7 +240,7 @@ WITH p AS MATERIALIZED (
                       AND s.active_vector_digest = p.active_vector_digest
                       AND s.snapshot_digest = p.snapshot_digest))
 )
-SELECT p.ord, v.steady, i.snapshot_id, (SELECT count(*) FROM clr) AS cleared,
+SELECT p.ord, v.steady, i.snapshot_id, (SELECT c.cleared FROM clr AS c) AS cleared,
        h.package_names, h.installation_ids, h.generations, h.statuses, h.generation_digests,
        h.lock_digests, h.revision_digests, h.permissions
 FROM p JOIN v ON v.ord = p.ord

@@ -91,7 +91,11 @@ fn expected(role: &str, op: &str, table: &str) -> &'static str {
             "23514"
         }
         ("ql3_package_executor", "SELECT") if index => "ok",
-        ("ql3_package_executor", "EXECUTE") if table == "fn:clear_pending_mark" => "ok",
+        ("ql3_package_executor", "EXECUTE")
+            if matches!(table, "fn:clear_pending_mark" | "fn:clear_pending_marks") =>
+        {
+            "ok"
+        }
         // Claims: a row lock needs UPDATE on a column, which only the executor has.
         ("ql3_package_executor", "SELECT" | "UPDATE" | "SELECT FOR UPDATE") if claims => "ok",
         // A table lock that blocks writers needs table-level UPDATE, DELETE or TRUNCATE.
@@ -143,6 +147,7 @@ async fn privilege_matrix() {
                 ops.push(("SELECT FOR UPDATE", table.into(), format!("SELECT 1 FROM ql3.{table} FOR UPDATE")));
             }
             ops.push(("EXECUTE", "fn:clear_pending_mark".into(), "SELECT ql3.clear_pending_mark('demo-1', 0)".into()));
+            ops.push(("EXECUTE", "fn:clear_pending_marks".into(), "SELECT ql3.clear_pending_marks(ARRAY['demo-1'], ARRAY[0::bigint])".into()));
             ops.push(("EXECUTE", "fn:find_current_tool_snapshot".into(), "SELECT * FROM ql3.find_current_tool_snapshot('demo-1')".into()));
             ops.push(("EXECUTE", "fn:current_tool_snapshot".into(), "SELECT * FROM ql3.current_tool_snapshot('demo-1')".into()));
             ops.push(("EXECUTE", "fn:current_tool_snapshot".into(), "SELECT * FROM ql3.current_tool_snapshot('demo-1', NULL)".into()));
@@ -235,6 +240,7 @@ async fn catalog_is_locked_down() {
         [
             "add_project_claims",
             "clear_pending_mark",
+            "clear_pending_marks",
             "current_tool_snapshot",
             "current_tool_snapshot",
             "hold_generation_keys",
