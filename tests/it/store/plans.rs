@@ -20,10 +20,13 @@ const KEYED: [&str; 5] = [
     "pending_projects",
 ];
 
-/// The executor's per-project statements, by name.
-fn statements() -> [(&'static str, &'static str); 8] {
+/// The executor's per-project and per-batch statements, by name.
+fn statements() -> [(&'static str, &'static str); 11] {
     [
         ("open", sql::OPEN_PG),
+        ("open batch", sql::OPEN_BATCH_PG),
+        ("finish batch", sql::FINISH_BATCH_PG),
+        ("pending page", sql::PENDING_PAGE_PG.text(Dialect::Postgres)),
         ("current digest", sql::CURRENT_DIGEST_PG),
         ("find current", sql::FIND_CURRENT_PG.text(Dialect::Postgres)),
         ("append", sql::APPEND_PG),
@@ -37,6 +40,16 @@ fn statements() -> [(&'static str, &'static str); 8] {
 /// The generic plan of `text` on `conn`, as EXPLAIN prints it: prepared, then explained with
 /// NULL for every parameter (the values do not matter to a generic plan).
 async fn generic_plan(conn: &mut PgConnection, text: &str) -> String {
+    explained(conn, text, "EXPLAIN").await
+}
+
+/// [`generic_plan`] with `EXPLAIN (VERBOSE)`, which also prints the select list, where a
+/// hashed subplan can hide (a plain EXPLAIN shows only filters).
+async fn verbose_plan(conn: &mut PgConnection, text: &str) -> String {
+    explained(conn, text, "EXPLAIN (VERBOSE)").await
+}
+
+async fn explained(conn: &mut PgConnection, text: &str, how: &str) -> String {
     sqlx::query(sqlx::AssertSqlSafe(format!("PREPARE probe AS {text}")))
         .execute(&mut *conn)
         .await
@@ -49,9 +62,9 @@ async fn generic_plan(conn: &mut PgConnection, text: &str) -> String {
     .unwrap();
     let args: Vec<String> = types.iter().map(|t| format!("NULL::{t}")).collect();
     let explain = if args.is_empty() {
-        "EXPLAIN EXECUTE probe".to_owned()
+        format!("{how} EXECUTE probe")
     } else {
-        format!("EXPLAIN EXECUTE probe({})", args.join(", "))
+        format!("{how} EXECUTE probe({})", args.join(", "))
     };
     let lines: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(explain))
         .fetch_all(&mut *conn)
@@ -69,6 +82,40 @@ fn scans(plan: &str) -> Vec<&'static str> {
         .into_iter()
         .filter(|t| plan.contains(&format!("Seq Scan on {t}")))
         .collect()
+}
+
+/// Keyed tables that a hashed subplan of `plan` (`EXPLAIN (VERBOSE)` text) reads. A hashed
+/// subplan is run once per execution and reads its whole input into a hash table: over a CTE
+/// of the batch's own rows that is cheap, over a keyed table it reads every row of the table,
+/// so a statement run once per batch would cost the server more with every snapshot stored.
+fn hashed_reads(plan: &str) -> Vec<&'static str> {
+    let lines: Vec<&str> = plan.lines().collect();
+    let mut found = Vec::new();
+    for (at, line) in lines.iter().enumerate() {
+        let Some(number) = line.trim().strip_prefix("SubPlan ") else {
+            continue;
+        };
+        if !plan.contains(&format!("hashed SubPlan {number})"))
+            && !plan.contains(&format!("hashed SubPlan {number}."))
+        {
+            continue;
+        }
+        let indent = line.len() - line.trim_start().len();
+        let body = lines[at + 1..]
+            .iter()
+            .take_while(|l| l.len() - l.trim_start().len() > indent);
+        for l in body {
+            for table in KEYED {
+                if l.contains(&format!(" on {table} ")) || l.contains(&format!(" on ql3.{table} "))
+                {
+                    found.push(table);
+                }
+            }
+        }
+    }
+    found.sort();
+    found.dedup();
+    found
 }
 
 /// What the consumer's doors run (their PL/pgSQL body), planned as a consumer's session plans
@@ -196,6 +243,12 @@ mod on_postgres {
             for (name, text) in statements() {
                 let plan = generic_plan(conn, text).await;
                 assert_eq!(scans(&plan), Vec::<&str>::new(), "{name} scans:\n{plan}");
+                let plan = verbose_plan(conn, text).await;
+                assert_eq!(
+                    hashed_reads(&plan),
+                    Vec::<&str>::new(),
+                    "{name} hashes a keyed table:\n{plan}"
+                );
                 // The same statement planned without the session's setting: the control that
                 // shows the assertion can fail on this server.
                 sqlx::query("SET enable_seqscan = on")
@@ -216,6 +269,18 @@ mod on_postgres {
             assert!(
                 !control.is_empty(),
                 "with sequential scans priced in, some plan should scan an empty-analyzed table"
+            );
+            // The control for hashed subplans: a batch's "has a snapshot" as the open step
+            // asked it until 2026-12-07, without the OFFSET 0 that keeps it a lookup per
+            // project. This server hashes it, reading every stored snapshot once per batch.
+            let unguarded = "SELECT EXISTS (SELECT 1 FROM ql3.tool_definition_snapshots AS s0 \
+                             WHERE s0.project_id = b.project_id) \
+                             FROM unnest($1::text[]) AS b(project_id)";
+            let plan = verbose_plan(conn, unguarded).await;
+            assert_eq!(
+                hashed_reads(&plan),
+                vec!["tool_definition_snapshots"],
+                "the unguarded form should be hashed here:\n{plan}"
             );
         })
         .await

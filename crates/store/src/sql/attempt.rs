@@ -25,6 +25,12 @@ SELECT (SELECT m.version FROM pending_projects AS m WHERE m.project_id = $1) AS 
 /// snapshot's existence, its mark, its first observation with the revisions' lengths (and their
 /// contents within the cap `$2`), and its recorded rejections; the select list and the laterals
 /// after `FROM c` (shared by [`OPEN_PG`] and [`OPEN_BATCH_PG`]).
+///
+/// `OFFSET 0` keeps "has a snapshot" one key lookup per project. Without it PostgreSQL may
+/// turn the batch's correlated `EXISTS` into a hashed subplan, which reads every stored
+/// snapshot into a hash table once per batch: a cost that grew with the table (a sixth of the
+/// server's CPU in a 20,000-project cold run, docs/benchmarks.md). The plans test asserts that
+/// no statement of a batch hashes a keyed table.
 macro_rules! opened {
     ($project:expr) => {
         concat!(
@@ -32,7 +38,7 @@ macro_rules! opened {
        c.claimed AND EXISTS (SELECT 1 FROM ql3.tool_definition_snapshots AS s0
                              WHERE s0.project_id = ",
             $project,
-            ") AS has_snapshot,
+            " OFFSET 0) AS has_snapshot,
        (SELECT m.version FROM ql3.pending_projects AS m WHERE m.project_id = ",
             $project,
             ") AS mark_version,
@@ -171,7 +177,8 @@ ORDER BY c.ord"
 /// Two things keep the server's work per snapshot down (docs/benchmarks.md): the documents
 /// (`$7`) are not part of `p`, which every step reads, but taken by position where they are
 /// inserted, so each is copied once on its way in; and the batch's marks are cleared by one
-/// call of `ql3.clear_pending_marks` (migration 15), not one call each.
+/// call of `ql3.clear_pending_marks` (migration 15), not one call each. The replay test's
+/// `OFFSET 0` keeps it a key lookup per project (`opened!` says why).
 pub const FINISH_BATCH_PG: &str = concat!(
     "
 WITH p AS MATERIALIZED (
@@ -238,7 +245,8 @@ WITH p AS MATERIALIZED (
          OR EXISTS (SELECT 1 FROM ql3.tool_definition_snapshots AS s
                     WHERE s.project_id = p.project_id
                       AND s.active_vector_digest = p.active_vector_digest
-                      AND s.snapshot_digest = p.snapshot_digest))
+                      AND s.snapshot_digest = p.snapshot_digest
+                    OFFSET 0))
 )
 SELECT p.ord, v.steady, i.snapshot_id, (SELECT c.cleared FROM clr AS c) AS cleared,
        h.package_names, h.installation_ids, h.generations, h.statuses, h.generation_digests,

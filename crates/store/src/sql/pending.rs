@@ -6,7 +6,8 @@ use super::*;
 /// Pending projects after a cursor, in byte order: those without a current snapshot. In
 /// PostgreSQL the proof is the migration's function (inlined by the planner), asked only for
 /// projects that have a snapshot at all, so a page walks the keyset in order and stops at the
-/// LIMIT. (A join form let the planner sort every remaining project on each page.)
+/// LIMIT. (A join form let the planner sort every remaining project on each page; `OFFSET 0`
+/// keeps the first test a lookup per project, never a hash of every snapshot per page.)
 ///
 /// `$3`, when not NULL, ends the keyset at that id (inclusive), so that several pages can walk
 /// disjoint ranges at once (see [`SPLIT_POINTS_PG`]).
@@ -15,7 +16,7 @@ pub const PENDING_PAGE_PG: Statement = statement!(
 SELECT p0.project_id FROM ql3.projects AS p0
 WHERE p0.project_id > $1 AND ($3::text IS NULL OR p0.project_id <= $3)
   AND (NOT EXISTS (SELECT 1 FROM ql3.tool_definition_snapshots AS s
-                   WHERE s.project_id = p0.project_id)
+                   WHERE s.project_id = p0.project_id OFFSET 0)
        OR NOT EXISTS (SELECT 1 FROM ql3.find_current_tool_snapshot(p0.project_id) AS f))
 ORDER BY p0.project_id
 LIMIT $2"
