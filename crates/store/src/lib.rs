@@ -336,6 +336,12 @@ impl Store {
                     // key, so an index is never the wrong choice; `off` only prices a
                     // sequential scan out where an index exists.
                     ("enable_seqscan", "off".to_owned()),
+                    // For the same reason a plain index scan: a project's few rows come in key
+                    // order from it, where a bitmap scan (chosen from the estimates of empty
+                    // tables) builds a bitmap, visits the heap and sorts the rows again. The
+                    // database's snapshot check runs under this setting too; together about a
+                    // tenth of the server's CPU per snapshot (docs/benchmarks.md).
+                    ("enable_bitmapscan", "off".to_owned()),
                     // Every name the executor uses is qualified (`ql3.` or a catalog function);
                     // pinned so that no schema a database grants CREATE on (`public`, on one
                     // upgraded from PostgreSQL 14 or older) can put an object in their way.

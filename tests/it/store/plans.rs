@@ -243,6 +243,12 @@ mod on_postgres {
             for (name, text) in statements() {
                 let plan = generic_plan(conn, text).await;
                 assert_eq!(scans(&plan), Vec::<&str>::new(), "{name} scans:\n{plan}");
+                // A project's rows come in key order from a plain index scan; a bitmap scan
+                // would visit the heap and sort them again (the session turns it off).
+                assert!(
+                    !plan.contains("Bitmap Heap Scan"),
+                    "{name} takes a bitmap scan:\n{plan}"
+                );
                 let plan = verbose_plan(conn, text).await;
                 assert_eq!(
                     hashed_reads(&plan),
@@ -262,6 +268,11 @@ mod on_postgres {
                     .unwrap();
             }
             let setting: String = sqlx::query_scalar("SHOW enable_seqscan")
+                .fetch_one(&mut *conn)
+                .await
+                .unwrap();
+            assert_eq!(setting, "off", "the executor's sessions set it");
+            let setting: String = sqlx::query_scalar("SHOW enable_bitmapscan")
                 .fetch_one(&mut *conn)
                 .await
                 .unwrap();
