@@ -139,6 +139,12 @@ fn print_human(summary: &RunSummary) -> Result<(), super::StdoutError> {
             summary.unresolved
         );
     }
+    if summary.vanished > 0 {
+        outln!(
+            "  vanished: {} (deleted while the run built them; nothing was stored for them)",
+            summary.vanished
+        );
+    }
     if !summary.integrity.is_empty() {
         outln!(
             "  INTEGRITY: {} (run `package-executor verify`)",

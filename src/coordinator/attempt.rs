@@ -175,6 +175,9 @@ pub(super) async fn attempt_in(
         } => {
             // The second observation comes with the insert; on drift the caller rolls both back.
             let appending = answered(limit, a.append(&snapshot, mark)).await?;
+            if appending.vanished {
+                return Ok((Step::Done(Outcome::Vanished), false));
+            }
             if let Some((reason, detail)) = drift(&first, &appending.second) {
                 return Ok((Step::Retry(reason, detail), false));
             }
@@ -295,6 +298,11 @@ pub(super) async fn prepare(
     }
     // A final outcome clears the project's mark, if it still holds the version read now.
     let mark = opening.mark;
+    // Deleted since it was listed: no snapshot is ever stored for a project id without a
+    // project row (its deletion took its mark; one read before that is cleared all the same).
+    if opening.vanished {
+        return Ok(Prepared::Read(Step::Done(Outcome::Vanished), mark));
+    }
     if let Some(snapshot_digest) = opening.current {
         return Ok(Prepared::Read(
             Step::Done(Outcome::AlreadyCurrent {

@@ -20,7 +20,7 @@
 
 use std::time::Duration;
 
-use crate::report::Unresolved;
+use crate::report::{Outcome, Unresolved};
 use crate::store::{
     Attempt, Dialect, Finished, Finishing, ObservedHead, Session, StoreError, Write, answered,
 };
@@ -252,6 +252,10 @@ async fn step_of(
             ),
         })
     };
+    // Its project row was gone at the second observation: nothing of it was written.
+    if finished.as_ref().is_some_and(|f| f.vanished) {
+        return Ok(Step::Done(Outcome::Vanished));
+    }
     Ok(match prepared {
         Prepared::Retry(step) | Prepared::Read(step, _) => step,
         Prepared::NoRoom => unreachable_no_room(),

@@ -127,6 +127,11 @@ impl Observer for LogObserver {
                     "project not published"
                 )
             }
+            Outcome::Vanished => tracing::info!(
+                project_id,
+                outcome = o.name(),
+                "project deleted while it was built: nothing stored for it, its mark cleared"
+            ),
             _ => tracing::info!(
                 project_id,
                 outcome = o.name(),
@@ -457,6 +462,53 @@ impl<'a> Coordinator<'a> {
         }
     }
 
+    /// The projects a final probe skips: those decided for good in this run (an integrity
+    /// violation; a rejection), but for a rejected project marked again since (contract section
+    /// 9.3): its rejection cleared the mark it read, so a mark now is new input (a revision
+    /// that arrived mid-build, say), tried again in this run. A probe over the marks lists only
+    /// marked projects, so it skips no rejection at all; a full scan lists every pending
+    /// project, so it reads the marks to tell. If they cannot be read, every rejection is
+    /// skipped: the next run's pass over the marks takes the new input.
+    async fn decided_for_good(&self, outcomes: &BTreeMap<String, Outcome>) -> BTreeSet<String> {
+        let integrity = outcomes
+            .iter()
+            .filter(|(_, o)| matches!(o, Outcome::Integrity { .. }))
+            .map(|(p, _)| p.clone());
+        if self.crew.settings.scope() == Scope::Marked {
+            return integrity.collect();
+        }
+        let marked = self.marked_now().await.unwrap_or_default();
+        let rejected = outcomes
+            .iter()
+            .filter(|(p, o)| matches!(o, Outcome::Rejected { .. }) && !marked.contains(*p))
+            .map(|(p, _)| p.clone());
+        integrity.chain(rejected).collect()
+    }
+
+    /// Every project of the shard marked now, page by page.
+    async fn marked_now(&self) -> Result<BTreeSet<String>, StoreError> {
+        let mut marked = BTreeSet::new();
+        let mut cursor = String::new();
+        loop {
+            let page = self
+                .crew
+                .store
+                .page_through(&cursor, None, self.crew.settings.page_size, Scope::Marked)
+                .await?;
+            let full = page.len() as u32 >= self.crew.settings.page_size;
+            if let Some(last) = page.last() {
+                cursor.clone_from(last);
+            }
+            marked.extend(
+                page.into_iter()
+                    .filter(|p| self.crew.settings.shard.owns(p)),
+            );
+            if !full {
+                return Ok(marked);
+            }
+        }
+    }
+
     /// `run`: every pending project of the shard, then the final probes.
     pub async fn run(&self) -> RunReport {
         let started = Instant::now();
@@ -475,12 +527,7 @@ impl<'a> Coordinator<'a> {
         };
         let mut probes = 0;
         while finished && probes < self.crew.settings.final_probes {
-            // Projects decided for good in this run are not probed again.
-            let skip: BTreeSet<String> = outcomes
-                .iter()
-                .filter(|(_, o)| matches!(o, Outcome::Rejected { .. } | Outcome::Integrity { .. }))
-                .map(|(p, _)| p.clone())
-                .collect();
+            let skip = self.decided_for_good(&outcomes).await;
             probes += 1;
             match self.pass(&skip, &mut summary, &mut outcomes, false).await {
                 Ok((done, attempted)) => {

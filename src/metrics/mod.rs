@@ -45,6 +45,7 @@ pub fn encode(summary: &RunSummary, end_unix_seconds: f64) -> String {
     outcome("replayed", summary.replayed);
     outcome("already-current", summary.already_current);
     outcome("claimed-elsewhere", summary.claimed_elsewhere);
+    outcome("vanished", summary.vanished);
     for (name, counts) in [
         // One list type for the three tallies, whose codes are of three types.
         ("rejected", summary.rejected.by_text().collect::<Vec<_>>()),

@@ -16,4 +16,4 @@ mod commands;
 mod core;
 mod docs;
 mod msrv;
-mod store;
+pub(crate) mod store;

@@ -159,6 +159,9 @@ pub enum Outcome {
     Unresolved { reason: Unresolved, detail: String },
     /// `replay-mismatch`: a different snapshot exists for this vector.
     Integrity { detail: String },
+    /// The project's row was gone at an observation (deleted outright): no snapshot, its mark
+    /// cleared; not a failure (contract section 9).
+    Vanished,
 }
 
 impl Outcome {
@@ -186,6 +189,7 @@ impl Outcome {
             Self::Integrity { .. } => Self::Integrity {
                 detail: String::new(),
             },
+            Self::Vanished => Self::Vanished,
         }
     }
 
@@ -198,6 +202,7 @@ impl Outcome {
             Self::Rejected { .. } => "rejected",
             Self::Unresolved { .. } => "unresolved",
             Self::Integrity { .. } => "integrity-violation",
+            Self::Vanished => "vanished",
         }
     }
 
@@ -231,12 +236,15 @@ impl Outcome {
         }
     }
 
-    /// Exit code of `publish` for this outcome.
+    /// Exit code of `publish` for this outcome: a project deleted while it was built is an
+    /// unknown project by the end, which `publish` reports as an error (1), as it does one
+    /// unknown from the start.
     pub fn publish_exit(&self) -> Exit {
         match self {
             Self::Published { .. } | Self::Replayed { .. } | Self::AlreadyCurrent { .. } => {
                 Exit::Ok
             }
+            Self::Vanished => Exit::Error,
             Self::Rejected { .. } => Exit::Rejected,
             Self::Unresolved { .. } => Exit::Unresolved,
             Self::Integrity { .. } => Exit::Integrity,
@@ -312,6 +320,9 @@ pub struct RunSummary {
     pub already_current: u64,
     /// Held by another replica to the end (not a failure).
     pub claimed_elsewhere: u64,
+    /// Deleted (its project row gone) between the listing and the build: no snapshot, not a
+    /// failure.
+    pub vanished: u64,
     /// Rejections by code (non-zero only).
     pub rejected: Tally<ReportedCode>,
     /// Unresolved by code (non-zero only; `claimed-elsewhere` is counted on its own).
@@ -339,6 +350,7 @@ impl RunSummary {
             replayed: 0,
             already_current: 0,
             claimed_elsewhere: 0,
+            vanished: 0,
             rejected: Tally::default(),
             unresolved: Tally::default(),
             integrity: Tally::default(),
@@ -362,6 +374,7 @@ impl RunSummary {
             } => self.claimed_elsewhere += 1,
             Outcome::Unresolved { reason, .. } => self.unresolved.add(*reason),
             Outcome::Integrity { .. } => self.integrity.add(Violation::ReplayMismatch),
+            Outcome::Vanished => self.vanished += 1,
         }
     }
 

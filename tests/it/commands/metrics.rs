@@ -204,6 +204,7 @@ fn expected(summary: &Value) -> BTreeMap<String, f64> {
         ("replayed", "replayed"),
         ("already-current", "alreadyCurrent"),
         ("claimed-elsewhere", "claimedElsewhere"),
+        ("vanished", "vanished"),
     ] {
         // Every outcome, zeros included.
         out.insert(

@@ -4,6 +4,7 @@ mod batches;
 mod cli;
 mod hostile_user;
 mod metrics;
+mod mid_run;
 mod newer_schema;
 mod not_ours;
 mod run;

@@ -1383,7 +1383,7 @@ async fn large_revisions_build_like_small_ones(s: Stores) {
 }
 
 /// A revision document for package `late.pkg`, with `extra` merged into its one tool.
-fn late_revision(extra: serde_json::Value) -> Vec<u8> {
+pub(crate) fn late_revision(extra: serde_json::Value) -> Vec<u8> {
     let mut tool = serde_json::json!({"name": "lookup", "version": "1.0.0",
         "title": "Look up", "inputSchema": {"type": "object"}});
     tool.as_object_mut()
@@ -1396,7 +1396,7 @@ fn late_revision(extra: serde_json::Value) -> Vec<u8> {
 
 /// Project `late` with one active generation of `late.pkg` pointing at `revision`: stored
 /// with it when `stored`, else only named by its digest (the row comes later).
-fn late_fixture(revision: &[u8], stored: bool) -> Vec<u8> {
+pub(crate) fn late_fixture(revision: &[u8], stored: bool) -> Vec<u8> {
     let digest = package_executor::model::Digest::of(revision).to_string();
     let mut generation = serde_json::json!({"generation": 1, "status": "active",
         "revisionDigest": digest});
@@ -1410,7 +1410,7 @@ fn late_fixture(revision: &[u8], stored: bool) -> Vec<u8> {
 }
 
 /// Stores `revision` by plain SQL, as a control plane materializes one.
-async fn store_revision_by_sql(admin: &Store, revision: &[u8]) {
+pub(crate) async fn store_revision_by_sql(admin: &Store, revision: &[u8]) {
     let digest = package_executor::model::Digest::of(revision);
     let hex: String = revision.iter().map(|b| format!("{b:02x}")).collect();
     let bytes = match admin.dialect() {

@@ -1,7 +1,7 @@
 //! The storage contract on both dialects, the query plans, the roles and trust boundaries,
 //! TLS and high availability.
 
-mod contract;
+pub(crate) mod contract;
 mod plans;
 mod trust;
 

@@ -89,6 +89,8 @@ pub struct Finished {
     pub drifted: Option<Vec<ObservedHead>>,
     /// Whether its snapshot row was inserted.
     pub inserted: bool,
+    /// Whether its project row was gone at the second observation (nothing of it was written).
+    pub vanished: bool,
 }
 
 impl Attempt<'_> {
@@ -115,7 +117,7 @@ impl Attempt<'_> {
         let mut with_snapshots = Vec::new();
         for (row, project_id) in rows.iter().zip(projects) {
             let (opening, has_snapshot) = opening_from_row(row)?;
-            if has_snapshot {
+            if has_snapshot && !opening.vanished {
                 with_snapshots.push(project_id.as_str());
             }
             openings.push(opening);
@@ -175,8 +177,10 @@ impl Attempt<'_> {
         rows.iter()
             .map(|row| {
                 let steady: bool = row.try_get("steady")?;
+                let vanished: bool = row.try_get("vanished")?;
                 Ok(Finished {
-                    drifted: if steady {
+                    vanished,
+                    drifted: if steady || vanished {
                         None
                     } else {
                         Some(heads_from_arrays(row)?)

@@ -36,6 +36,9 @@ use package_executor_core::rejection::ReportedCode;
 pub struct Opening {
     /// Whether this transaction holds the project's claim. When false, nothing else was read.
     pub claimed: bool,
+    /// Whether the project's row is gone (deleted outright since it was listed): it gets no
+    /// snapshot (contract section 9), whatever else was read.
+    pub vanished: bool,
     /// The digest of the project's current snapshot, if one is proven current.
     pub current: Option<Digest>,
     /// The first observation: live heads in vector order, at most 129.
@@ -240,6 +243,7 @@ pub(super) fn opening_from_row(row: &sqlx::postgres::PgRow) -> Result<(Opening, 
     )?;
     let opening = Opening {
         claimed,
+        vanished: row.try_get("vanished")?,
         current: None,
         heads,
         lengths,
@@ -296,7 +300,7 @@ impl Attempt<'_> {
                     .fetch_one(&mut **tx)
                     .await?;
                 let (opening, has_snapshot) = opening_from_row(&row)?;
-                let current = if has_snapshot {
+                let current = if has_snapshot && !opening.vanished {
                     current_digest_pg(tx, project_id).await?
                 } else {
                     None
@@ -310,6 +314,14 @@ impl Attempt<'_> {
                     .fetch_one(&mut **tx)
                     .await?;
                 let mark: Option<i64> = row.try_get("mark_version")?;
+                if row.try_get("vanished")? {
+                    return Ok(Opening {
+                        claimed: true,
+                        vanished: true,
+                        mark,
+                        ..Opening::default()
+                    });
+                }
                 let current = row
                     .try_get::<Option<String>, _>("current_digest")?
                     .map(rows::digest)
@@ -327,6 +339,7 @@ impl Attempt<'_> {
                     self.observe_with_lengths(project_id, inline).await?;
                 Ok(Opening {
                     claimed: true,
+                    vanished: false,
                     current: None,
                     heads,
                     lengths,

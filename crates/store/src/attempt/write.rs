@@ -74,6 +74,9 @@ pub struct Appending {
     /// Whether a new snapshot row (with its source rows) was inserted. When false, a row for
     /// this project and vector, or with this snapshot digest, already existed.
     pub inserted: bool,
+    /// Whether the project's row was gone at the second observation: the caller rolls back,
+    /// and the project ends `vanished`.
+    pub vanished: bool,
 }
 
 impl Attempt<'_> {
@@ -172,6 +175,7 @@ impl Attempt<'_> {
                 Ok(Appending {
                     second: heads_from_arrays(&row)?,
                     inserted: row.try_get::<Option<i64>, _>("snapshot_id")?.is_some(),
+                    vanished: row.try_get("vanished")?,
                 })
             }
             Attempt::Lite(_) => {
@@ -180,7 +184,14 @@ impl Attempt<'_> {
                 if let Some(version) = mark {
                     self.clear_mark(s.project_id.as_str(), version).await?;
                 }
-                Ok(Appending { second, inserted })
+                // SQLite's transaction reads one snapshot of the file throughout (a writer
+                // that committed since makes this transaction's first write fail), so the
+                // project row the opening found is still there.
+                Ok(Appending {
+                    second,
+                    inserted,
+                    vanished: false,
+                })
             }
         }
     }

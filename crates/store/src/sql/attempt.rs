@@ -5,13 +5,14 @@
 use super::*;
 
 /// SQLite's open step up to the observation, in one statement (the connection's worker thread
-/// is a hop per statement, and a hop costs more than these lookups): the project's mark
-/// version, the digest of the snapshot proven current (NULL when none is), and the recorded
+/// is a hop per statement, and a hop costs more than these lookups): whether the project's row
+/// is gone (`vanished`), the project's mark version, the digest of the snapshot proven current (NULL when none is), and the recorded
 /// rejections as a JSON array of `[active_vector_digest, reason, detail]`. All of it is read
 /// in the attempt's transaction, so in the same database snapshot as the observation after it.
 pub const OPEN_SQLITE: Statement = statement!(concat!(
     "
-SELECT (SELECT m.version FROM pending_projects AS m WHERE m.project_id = $1) AS mark_version,
+SELECT NOT EXISTS (SELECT 1 FROM projects AS p WHERE p.project_id = $1) AS vanished,
+       (SELECT m.version FROM pending_projects AS m WHERE m.project_id = $1) AS mark_version,
        (SELECT c.snapshot_digest FROM (",
     find_current_sqlite!(""),
     "
@@ -22,7 +23,8 @@ SELECT (SELECT m.version FROM pending_projects AS m WHERE m.project_id = $1) AS 
 ));
 
 /// What opening reads of project `$project` once `c.claimed` says its claim is held: its
-/// snapshot's existence, its mark, its first observation with the revisions' lengths (and their
+/// snapshot's existence, whether its row is gone (`vanished`: deleted since it was listed), its
+/// mark, its first observation with the revisions' lengths (and their
 /// contents within the cap `$2`), and its recorded rejections; the select list and the laterals
 /// after `FROM c` (shared by [`OPEN_PG`] and [`OPEN_BATCH_PG`]).
 ///
@@ -39,6 +41,9 @@ macro_rules! opened {
                              WHERE s0.project_id = ",
             $project,
             " OFFSET 0) AS has_snapshot,
+       c.claimed AND NOT EXISTS (SELECT 1 FROM ql3.projects AS p0 WHERE p0.project_id = ",
+            $project,
+            " OFFSET 0) AS vanished,
        (SELECT m.version FROM ql3.pending_projects AS m WHERE m.project_id = ",
             $project,
             ") AS mark_version,
@@ -105,8 +110,9 @@ SELECT ",
 /// keys arbitrating),
 /// its source rows from parallel arrays (`$8`–`$13`) only when the snapshot row was inserted,
 /// the clearing of the project's mark if it still holds version `$14` (see [`CLEAR_MARK`]; the
-/// caller rolls back on drift or a mismatch, which keeps it), and the second observation, all
-/// in one statement snapshot.
+/// caller rolls back on drift or a mismatch, which keeps it), and the second observation with
+/// whether the project's row is gone (`vanished`: the caller rolls back then too), all in one
+/// statement snapshot.
 pub const APPEND_PG: &str = concat!(
     "
 WITH ins AS (
@@ -128,7 +134,8 @@ WITH ins AS (
 ), clr AS MATERIALIZED (
   SELECT ql3.clear_pending_mark($1, $14) AS cleared
 )
-SELECT (SELECT ins.snapshot_id FROM ins) AS snapshot_id, clr.cleared, h.*
+SELECT (SELECT ins.snapshot_id FROM ins) AS snapshot_id, clr.cleared,
+       NOT EXISTS (SELECT 1 FROM ql3.projects AS p0 WHERE p0.project_id = $1) AS vanished, h.*
 FROM clr CROSS JOIN (",
     live_heads!("", "", "", ""),
     "
@@ -167,7 +174,9 @@ ORDER BY c.ord"
 /// are also the published snapshots' source rows.
 ///
 /// An entry whose second observation differs writes nothing and keeps its mark: its row says
-/// `steady` false and carries the heads seen, for the caller to name the drift. A steady entry
+/// `steady` false and carries the heads seen, for the caller to name the drift. An entry whose
+/// project row is gone at the second observation writes nothing either (`vanished`: no
+/// snapshot is ever stored for a project id without a project row; its deletion took its mark). A steady entry
 /// inserts its snapshot (`ON CONFLICT DO NOTHING`, both unique keys arbitrating) with its
 /// source rows, records its rejection, and clears its mark if it still holds the version read
 /// before the build; a snapshot that was not inserted clears the mark only when the same
@@ -208,8 +217,13 @@ WITH p AS MATERIALIZED (
    AND o.lock_digest = e.lock_digest AND o.revision_digest = e.revision_digest
    AND o.approved_permissions = e.approved_permissions
   WHERE e.ord IS NULL OR o.ord IS NULL
+), x AS MATERIALIZED (
+  SELECT p.ord FROM p
+  WHERE p.observe AND NOT EXISTS (SELECT 1 FROM ql3.projects AS p0
+                                  WHERE p0.project_id = p.project_id OFFSET 0)
 ), v AS MATERIALIZED (
-  SELECT p.ord, d.ord IS NULL AS steady FROM p LEFT JOIN d ON d.ord = p.ord
+  SELECT p.ord, d.ord IS NULL AND x.ord IS NULL AS steady, x.ord IS NOT NULL AS vanished
+  FROM p LEFT JOIN d ON d.ord = p.ord LEFT JOIN x ON x.ord = p.ord
 ), ins AS (
   INSERT INTO ql3.tool_definition_snapshots
     (project_id, active_vector_digest, definition_digest, snapshot_digest, package_count,
@@ -248,7 +262,7 @@ WITH p AS MATERIALIZED (
                       AND s.snapshot_digest = p.snapshot_digest
                     OFFSET 0))
 )
-SELECT p.ord, v.steady, i.snapshot_id, (SELECT c.cleared FROM clr AS c) AS cleared,
+SELECT p.ord, v.steady, v.vanished, i.snapshot_id, (SELECT c.cleared FROM clr AS c) AS cleared,
        h.package_names, h.installation_ids, h.generations, h.statuses, h.generation_digests,
        h.lock_digests, h.revision_digests, h.permissions
 FROM p JOIN v ON v.ord = p.ord
