@@ -55,7 +55,8 @@ const POSTGRES_AND_NEXT: &[Migration] = &[
     migration!("postgres", 13, "0013_cheaper_checks.sql"),
     migration!("postgres", 14, "0014_checks_per_statement.sql"),
     migration!("postgres", 15, "0015_clear_marks_per_batch.sql"),
-    migration!("postgres", 16, "0016_next_schema.sql"),
+    migration!("postgres", 16, "0016_marks_cleared_without_waiting.sql"),
+    migration!("postgres", 17, "0017_next_schema.sql"),
 ];
 
 /// SQLite migrations.

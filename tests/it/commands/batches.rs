@@ -292,6 +292,40 @@ mod on_postgres {
         .await;
     }
 
+    /// The reverse-order control plane (see `lock_order`), ten rounds at each batch size, one
+    /// database: every round commits, no batch fails, and the changes are built by the next
+    /// run.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_control_plane_is_never_a_deadlock_victim() {
+        let url = pg::fresh_db().await;
+        let admin = connect(&url).await;
+        let exec = connect(&pg::as_login(&url, "login_executor")).await;
+        within(600, async {
+            import(&admin, &fixtures::many_projects(4, 2, 2, 100)).await;
+            let mut generation = 1;
+            for batch_size in [8, 32, 1] {
+                for _ in 0..10 {
+                    generation = 3 - generation;
+                    super::lock_order::round(
+                        &admin,
+                        &exec,
+                        ("p00000", "p00001"),
+                        generation,
+                        batch_size,
+                    )
+                    .await;
+                    // Both changes committed after the executor read them: marked, and built now.
+                    // (A generation activated again makes its earlier snapshot current again.)
+                    let s = &db::run_all_at(&exec, false, batch_size).await;
+                    assert_eq!(s.projects_scanned, 2, "{s:?}");
+                    assert_eq!(s.published + s.already_current, 2, "{s:?}");
+                    assert_eq!(db::marked(&exec).await, Vec::<String>::new());
+                }
+            }
+        })
+        .await;
+    }
+
     /// A claim another executor holds through the run: its project is left out of each batch
     /// it lands in, without waiting, and tried again alone; the rest of its batch commits.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -317,5 +351,106 @@ mod on_postgres {
             assert_eq!(report.outcomes["p00005"].name(), "published");
         })
         .await;
+    }
+}
+
+/// A control plane's transaction that changes the batch's projects in the reverse order of the
+/// batch (contract section 9.2: a batch never waits for a row lock while it holds another).
+/// SQLite has one writer: a batch holds the file's write lock from its first write to its
+/// commit and no row locks, so a control plane's transaction waits for it (or it for the
+/// control plane's) whole, never row by row, and no deadlock can form there. PostgreSQL's row
+/// locks can; `on_postgres::the_control_plane_is_never_a_deadlock_victim` shows the executor
+/// never makes one.
+
+mod lock_order {
+    use super::*;
+    use package_executor::coordinator::RunReport;
+    use package_executor::exit::Exit;
+    use sqlx::PgConnection;
+
+    /// Activates generation `generation` of installation `installation` inside an open
+    /// transaction, as a control plane does: the generations' statuses, then the head (whose
+    /// triggers lock the project's mark until the transaction ends).
+    async fn activate_in(tx: &mut PgConnection, installation: &str, generation: i64) {
+        let other = 3 - generation;
+        for text in [
+            format!(
+                "UPDATE ql3.package_generations SET status = 'superseded' \
+                 WHERE installation_id = '{installation}' AND generation = {other}"
+            ),
+            format!(
+                "UPDATE ql3.package_generations SET status = 'active' \
+                 WHERE installation_id = '{installation}' AND generation = {generation}"
+            ),
+            format!(
+                "UPDATE ql3.package_installations SET active_generation = {generation} \
+                 WHERE installation_id = '{installation}'"
+            ),
+        ] {
+            sqlx::query(sqlx::AssertSqlSafe(text))
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+        }
+    }
+
+    /// Whether a session of the executor's login waits for a lock now.
+    async fn executor_waits(admin: &Store) -> bool {
+        sqlx::query_scalar::<_, bool>(
+            "SELECT EXISTS (SELECT 1 FROM pg_stat_activity \
+             WHERE usename = 'login_executor' AND wait_event_type = 'Lock')",
+        )
+        .fetch_one(&admin.pg_pool().unwrap())
+        .await
+        .unwrap()
+    }
+
+    /// One round: the control plane activates a package of `b`, the executor builds the batch
+    /// [`a`, `b`, …] while that transaction is open, and the control plane then activates a
+    /// package of `a` (at once if the executor is seen waiting for a lock, which is when the
+    /// old clearing of marks deadlocked) and commits. The commit must succeed, and the run must
+    /// end without a failed batch or a project left unresolved.
+    pub(super) async fn round(
+        admin: &Store,
+        exec: &Store,
+        (a, b): (&str, &str),
+        generation: i64,
+        batch_size: usize,
+    ) -> RunReport {
+        let pool = admin.pg_pool().unwrap();
+        let mut control = pool.begin().await.unwrap();
+        activate_in(&mut control, &format!("{b}-k0"), generation).await;
+        let observer = package_executor::coordinator::LogObserver;
+        let settings = RunSettings {
+            batch_size,
+            concurrency: 1,
+            ..db::settings()
+        };
+        let coordinator = Coordinator::new(exec.clone(), settings, Stop::default(), &observer);
+        let run = coordinator.run();
+        tokio::pin!(run);
+        let mut tick = tokio::time::interval(std::time::Duration::from_millis(5));
+        let report = loop {
+            tokio::select! {
+                report = &mut run => break Some(report),
+                _ = tick.tick() => if executor_waits(admin).await { break None },
+            }
+        };
+        // The second half of the control plane's transaction, in the reverse order of the
+        // batch's, then its commit: PostgreSQL aborted it with `deadlock detected` when the
+        // executor waited for `b`'s mark while holding `a`'s.
+        activate_in(&mut control, &format!("{a}-k0"), generation).await;
+        control
+            .commit()
+            .await
+            .expect("the control plane's transaction commits");
+        let report = match report {
+            Some(report) => report,
+            None => run.await,
+        };
+        let s = &report.summary;
+        assert_eq!(s.exit_code, Exit::Ok, "{s:?}");
+        assert_eq!(report.batches.failed, 0, "{:?}", report.batches);
+        report
     }
 }
