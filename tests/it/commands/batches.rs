@@ -361,7 +361,6 @@ mod on_postgres {
 /// control plane's) whole, never row by row, and no deadlock can form there. PostgreSQL's row
 /// locks can; `on_postgres::the_control_plane_is_never_a_deadlock_victim` shows the executor
 /// never makes one.
-
 mod lock_order {
     use super::*;
     use package_executor::coordinator::RunReport;
