@@ -8,7 +8,9 @@ use std::collections::hash_map::Entry;
 
 use crate::canonical;
 use crate::fixture::{FixtureError, FixtureProject, generation_digest, input};
-use crate::model::{Digest, GenerationStatus};
+use crate::model::{
+    Digest, GenerationStatus, MAX_APPROVED_PERMISSIONS, approved_permissions_problem,
+};
 use crate::quote::{quote, shown};
 
 /// One project's rows, with digests computed and the fixture's own rules checked.
@@ -150,6 +152,13 @@ pub fn rows_of(p: FixtureProject) -> Result<ProjectRows, FixtureError> {
                 .as_str()
                 .to_owned()
             });
+            if let Some(problem) = approved_permissions_problem(&g.approved_permissions) {
+                return Err(input(format!(
+                    "{at}: approvedPermissions: {problem}; a generation may approve at most \
+                     {MAX_APPROVED_PERMISSIONS} distinct permissions, each one a definition \
+                     could name: fix the fixture"
+                )));
+            }
             let Some(status) = GenerationStatus::parse(&g.status) else {
                 let known: Vec<&str> = GenerationStatus::ALL.iter().map(|s| s.as_str()).collect();
                 return Err(input(format!(
@@ -324,6 +333,45 @@ mod tests {
         let err = rows(unknown).unwrap_err().to_string();
         assert!(
             err.contains("project p package a generation 1: status \"live\" is not a generation status; use one of queued, staged, activating, active, superseded, failed"),
+            "{err}"
+        );
+    }
+
+    /// Approved permissions past the contract's limits (section 5) are refused with the
+    /// generation named, before anything is written.
+    #[test]
+    fn approved_permissions_past_the_limits_are_refused_naming_the_generation() {
+        let with = |perms: &[String]| {
+            format!(
+                r#"{{"schema":"package-executor/fixture@v1","projects":[{{"projectId":"p","packages":[{{"packageName":"a","installationId":"i","generations":[
+                {{"generation":1,"status":"superseded","revisionText":"x"}},
+                {{"generation":7,"status":"active","revisionText":"x","approvedPermissions":{}}}]}}]}}]}}"#,
+                serde_json::to_string(perms).unwrap()
+            )
+        };
+        let at = "project p package a generation 7: approvedPermissions:";
+        let many: Vec<String> = (0..257).map(|i| format!("p{i}")).collect();
+        let err = rows(&with(&many)).unwrap_err().to_string();
+        assert!(
+            err.contains(&format!("{at} 257 approved permissions")),
+            "{err}"
+        );
+        assert!(rows(&with(&many[..256])).is_ok());
+        for bad in ["A".to_owned(), "a".repeat(65), "net work".into()] {
+            let err = rows(&with(&["ok".into(), bad.clone()]))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains(&format!("{at} approved permission [1] is not a permission")),
+                "{bad}: {err}"
+            );
+        }
+        assert!(rows(&with(&["a".repeat(64)])).is_ok());
+        let err = rows(&with(&["x".into(), "x".into()]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(&format!("{at} approved permission [1] is given twice")),
             "{err}"
         );
     }

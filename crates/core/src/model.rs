@@ -187,6 +187,46 @@ pub fn is_digest(s: &str) -> bool {
             .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
+/// `^[a-z][a-z0-9._:-]{0,63}$`: a permission, as a definition names it and a generation
+/// approves it.
+pub fn is_permission(s: &str) -> bool {
+    let mut bytes = s.bytes();
+    s.len() <= 64
+        && matches!(bytes.next(), Some(b) if b.is_ascii_lowercase())
+        && bytes.all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b':' | b'-')
+        })
+}
+
+/// Most permissions one generation may approve (contract sections 2 and 5).
+pub const MAX_APPROVED_PERMISSIONS: usize = 256;
+
+/// What is wrong with a generation's approved permissions, if anything: more than
+/// [`MAX_APPROVED_PERMISSIONS`], one that is not a permission ([`is_permission`]), or one
+/// given twice. The text names the first such item by its position.
+pub fn approved_permissions_problem(items: &[String]) -> Option<String> {
+    if items.len() > MAX_APPROVED_PERMISSIONS {
+        return Some(format!(
+            "{} approved permissions, more than the {MAX_APPROVED_PERMISSIONS} a generation may \
+             approve",
+            items.len()
+        ));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, item) in items.iter().enumerate() {
+        if !is_permission(item) {
+            return Some(format!(
+                "approved permission [{i}] is not a permission (^[a-z][a-z0-9._:-]{{0,63}}$: a \
+                 lowercase letter first, at most 64 characters)"
+            ));
+        }
+        if !seen.insert(item.as_str()) {
+            return Some(format!("approved permission [{i}] is given twice"));
+        }
+    }
+    None
+}
+
 /// `package_generations.status` (contract section 7): where a generation is in its lifecycle.
 /// The database's `CHECK` admits exactly these; only an `active` generation can be a head's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -262,8 +262,25 @@ impl SnapshotBuilder {
                 return Err(bad(column, value));
             }
         }
-        parse_permissions(&h.approved_permissions)
-            .ok_or_else(|| bad("approved_permissions", &h.approved_permissions))
+        let approved = parse_permissions(&h.approved_permissions)
+            .ok_or_else(|| bad("approved_permissions", &h.approved_permissions))?;
+        // A row stored before the limits of contract section 5 keeps them in the database;
+        // its project is refused here instead.
+        if let Some(problem) = model::approved_permissions_problem(&approved) {
+            return Err(Rejection::new(
+                Code::SourceInvalid,
+                format!(
+                    "package {}: generation {} of installation {}: {problem}; the row predates \
+                     the limit or the database's checks were bypassed: activate a generation \
+                     that approves at most {} permissions, each one a definition could name",
+                    quote(&h.package_name),
+                    h.generation,
+                    quote(&h.installation_id),
+                    model::MAX_APPROVED_PERMISSIONS
+                ),
+            ));
+        }
+        Ok(approved)
     }
 
     /// Step 2b: what storage knows of package `i`'s revision before fetching it.

@@ -56,7 +56,8 @@ const POSTGRES_AND_NEXT: &[Migration] = &[
     migration!("postgres", 14, "0014_checks_per_statement.sql"),
     migration!("postgres", 15, "0015_clear_marks_per_batch.sql"),
     migration!("postgres", 16, "0016_marks_cleared_without_waiting.sql"),
-    migration!("postgres", 17, "0017_next_schema.sql"),
+    migration!("postgres", 17, "0017_permission_limits.sql"),
+    migration!("postgres", 18, "0018_next_schema.sql"),
 ];
 
 /// SQLite migrations.
@@ -68,6 +69,7 @@ pub const SQLITE: &[Migration] = &[
     migration!("sqlite", 5, "0005_generation_ledger.sql"),
     migration!("sqlite", 6, "0006_source_key.sql"),
     migration!("sqlite", 7, "0007_no_nul_bytes.sql"),
+    migration!("sqlite", 8, "0008_permission_limits.sql"),
 ];
 
 /// The six group roles of contract section 8.

@@ -937,9 +937,10 @@ async fn format_checks_agree_with_the_model(s: Stores) {
     }
 }
 
-/// Approved permissions must be a JSON array of distinct strings, whatever its length: the
-/// SQLite trigger compares short arrays in pairs and counts distinct values in long ones, and
-/// both dialects accept and refuse the same arrays.
+/// Approved permissions must be a JSON array of at most 256 distinct permissions (contract
+/// section 5: each `^[a-z][a-z0-9._:-]{0,63}$`), whatever its length: the SQLite trigger
+/// compares short arrays in pairs and counts distinct values in long ones, and both dialects
+/// accept and refuse the same arrays.
 async fn permission_arrays_are_checked_alike(s: Stores) {
     import(&s.admin, DEMO).await;
     let list = |n: usize, dup: Option<(usize, usize)>| {
@@ -952,7 +953,16 @@ async fn permission_arrays_are_checked_alike(s: Stores) {
     let cases: Vec<(String, bool)> = vec![
         ("[]".into(), true),
         (r#"["a"]"#.into(), true),
-        (r#"["a","A"]"#.into(), true),
+        (r#"["a","A"]"#.into(), false),
+        (r#"["a","b.c:d_e-f9"]"#.into(), true),
+        (r#"["9a"]"#.into(), false),
+        (r#"[""]"#.into(), false),
+        (r#"["a b"]"#.into(), false),
+        (r#"["\u00e9"]"#.into(), false),
+        (serde_json::to_string(&["a".repeat(64)]).unwrap(), true),
+        (serde_json::to_string(&["a".repeat(65)]).unwrap(), false),
+        (list(256, None), true),
+        (list(257, None), false),
         (r#"["a","a"]"#.into(), false),
         (r#"["a","\u0061"]"#.into(), false),
         (r#"["a",1]"#.into(), false),
@@ -1992,6 +2002,80 @@ mod on_postgres {
             let next = run_all(&store, false).await;
             assert_eq!((next.projects_scanned, next.already_current), (1, 1));
             assert_eq!(marked(&store).await, Vec::<String>::new());
+        })
+        .await;
+    }
+
+    const SOURCE_INVALID: package_executor::rejection::ReportedCode =
+        package_executor::rejection::ReportedCode::Known(
+            package_executor::rejection::RejectionCode::SourceInvalid,
+        );
+
+    /// A database from before the permission limits (PostgreSQL migration 16, SQLite 7) holding
+    /// a generation that approves 257 permissions (demo-1) and one that approves a 65-character
+    /// one (demo-2), each active: the migration keeps both rows and both stay writable (the
+    /// control plane supersedes one), the database refuses such a row from then on, and a run
+    /// ends both projects `source-invalid`, naming the generation; the other projects publish.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn generations_past_the_permission_limits_stored_before_them_are_source_invalid() {
+        within(180, async {
+            let (pg, lite, _dir) = unmigrated("before_permission_limits").await;
+            let many: Vec<String> = (0..257).map(|i| format!("p{i:03}")).collect();
+            let long = vec!["a".repeat(65)];
+            let generation = |installation: &str, n: i64, perms: &[String]| {
+                format!(
+                    "INSERT INTO ql3.package_generations (installation_id, generation, status, \
+                     generation_digest, lock_digest, revision_digest, approved_permissions) \
+                     VALUES ('{installation}', {n}, 'staged', {D}, {D}, {D}, '{}')",
+                    serde_json::to_string(perms).unwrap()
+                )
+            };
+            for (store, before) in [(&pg, 16), (&lite, 7)] {
+                store.migrate(false, Some(before)).await.unwrap();
+                import(store, DEMO).await;
+                exec(store, &generation("demo-1-github", 50, &many))
+                    .await
+                    .unwrap();
+                exec(store, &generation("demo-2-slack", 50, &long))
+                    .await
+                    .unwrap();
+                sources::activate(store, "demo-1-github", 50).await.unwrap();
+                sources::activate(store, "demo-2-slack", 50).await.unwrap();
+                store.migrate(false, None).await.unwrap();
+                // Refused from now on, on both dialects.
+                for (perms, what) in [(&many, "257 permissions"), (&long, "65 characters")] {
+                    let refused = exec(store, &generation("demo-1-docs", 60, perms)).await;
+                    assert!(
+                        refused
+                            .as_ref()
+                            .is_err_and(|e| e.contains("approved_permissions")),
+                        "{what}: {refused:?}"
+                    );
+                }
+                let summary = run_all(store, false).await;
+                assert_eq!(summary.rejected.get(&SOURCE_INVALID), 2, "{summary:?}");
+                for (project, installation, problem) in [
+                    ("demo-1", "demo-1-github", "257 approved permissions"),
+                    (
+                        "demo-2",
+                        "demo-2-slack",
+                        "approved permission [0] is not a permission",
+                    ),
+                ] {
+                    let outcome = publish(store, project).await;
+                    assert_eq!(outcome.reason(), Some("source-invalid"), "{outcome:?}");
+                    let detail = outcome.detail().unwrap();
+                    assert!(
+                        detail
+                            .contains(&format!("generation 50 of installation \"{installation}\""))
+                            && detail.contains(problem),
+                        "{detail}"
+                    );
+                }
+                // The rows stay writable: the control plane moves on from them.
+                sources::activate(store, "demo-1-github", 2).await.unwrap();
+                assert_eq!(publish(store, "demo-1").await.name(), "published");
+            }
         })
         .await;
     }

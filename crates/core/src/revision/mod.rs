@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 use crate::canonical;
 use crate::identity::{self, ToolIdentity};
 use crate::limits::{MAX_DEFINITION_BYTES, MAX_DEFINITION_DEPTH};
-use crate::model::Digest;
+use crate::model::{Digest, is_permission};
 use crate::quote::quote;
 use crate::rejection::{Rejection, RejectionCode as Code};
 
@@ -190,15 +190,6 @@ fn is_tool_name(s: &str) -> bool {
     s.len() <= 64
         && matches!(bytes.next(), Some(b) if b.is_ascii_alphabetic())
         && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-}
-
-fn is_permission(s: &str) -> bool {
-    let mut bytes = s.bytes();
-    s.len() <= 64
-        && matches!(bytes.next(), Some(b) if b.is_ascii_lowercase())
-        && bytes.all(|b| {
-            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b':' | b'-')
-        })
 }
 
 fn validate_definition(

@@ -284,8 +284,9 @@ async fn catalog_is_locked_down() {
     let triggers: i64 = sqlx::query("SELECT COUNT(*) FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'ql3' AND NOT t.tgisinternal")
         .fetch_one(pool).await.unwrap().get(0);
     // Eight keep history append-only; ten mark the pending index; two add claim rows, one
-    // keeps generation keys, two check snapshots and their source rows.
-    assert_eq!(triggers, 23);
+    // keeps generation keys, two check snapshots and their source rows, one holds approved
+    // permissions to their limits.
+    assert_eq!(triggers, 24);
     let foreign_owned: Vec<String> = sqlx::query(
         "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
          WHERE n.nspname = 'ql3' AND pg_get_userbyid(c.relowner) <> 'ql3_owner'
