@@ -1,6 +1,6 @@
 //! Storage and run benchmarks against a throwaway PostgreSQL server and SQLite files.
 //!
-//! `cargo bench --bench executor -- storage|run|scale|rss|import|batches|all` prints the figures; nothing here is an
+//! `cargo bench --bench executor -- storage|run|scale|rss|import|batches|shards|held|all` prints the figures; nothing here is an
 //! assertion. It starts its own PostgreSQL (`package_executor_testkit::pg`) and uses the release binary.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
@@ -1131,7 +1131,60 @@ fn main() {
         if wants("shards") {
             bench_shards(&bin).await;
         }
+        if wants("held") {
+            bench_held(&bin).await;
+        }
     });
+}
+
+/// `held`: a run over `BENCH_HELD_PROJECTS` projects (default 400, × 2 packages × 2 tools) of
+/// which every other one's claim another executor session holds through the run, at each
+/// `--batch-size` of `BENCH_BATCH_SIZES` (default 1, 32, 512), each on a fresh copy, with the
+/// defaults' backoff and attempts. Prints each run's wall time and its ratio to the first
+/// size's: the held projects are retried together, in batches, never one by one (contract
+/// section 9.2), so batches should cost no more time than lone attempts.
+async fn bench_held(bin: &PathBuf) {
+    let n = env_number("BENCH_HELD_PROJECTS", 400);
+    let sizes = env_numbers("BENCH_BATCH_SIZES", "1,32,512");
+    let base = pg::clone_db(pg::TEMPLATE, "bench_held").await;
+    let store = connect(&base).await;
+    load(&store, 0, n, 2, 2, 1).await;
+    store.close().await;
+    let mut first = None;
+    for &size in &sizes {
+        let url = pg::clone_db("bench_held", &format!("bench_held_{size}")).await;
+        let holder = connect(&pg::as_login(&url, "login_executor")).await;
+        let mut held = holder.begin().await.unwrap();
+        let locked: i64 = match &mut held {
+            package_executor::store::Attempt::Pg(tx) => sqlx::query_scalar(
+                "SELECT count(*) FROM (SELECT 1 FROM ql3.project_claims \
+                 WHERE (right(project_id, 6)::int % 2) = 1 FOR UPDATE) AS k",
+            )
+            .fetch_one(&mut **tx)
+            .await
+            .unwrap(),
+            _ => unreachable!(),
+        };
+        let t = Instant::now();
+        let out = Command::new(bin)
+            .args(["run", "--json", "--batch-size", &size.to_string()])
+            .env("DATABASE_URL", pg::as_login(&url, "login_executor"))
+            .env("PACKAGE_EXECUTOR_LOG", "error")
+            .envs(exec_env())
+            .output()
+            .unwrap();
+        let wall = t.elapsed().as_secs_f64();
+        held.rollback().await.unwrap();
+        holder.close().await;
+        let v: serde_json::Value =
+            serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
+        let ratio = wall / *first.get_or_insert(wall);
+        println!(
+            "[held] --batch-size {size}: {wall:.2}s ({ratio:.2}x the first), {locked} held, \
+             published {}, claimed elsewhere {}",
+            v["published"], v["claimedElsewhere"]
+        );
+    }
 }
 
 /// `shards`: the cold run of one load (`BENCH_PROJECTS` × 8 × 4, default 20,000) split over 1,

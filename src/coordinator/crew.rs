@@ -32,8 +32,8 @@ pub(super) struct Crew {
     database_down: Arc<AtomicBool>,
     /// Why the run stopped on a cause no retry heals, if it did (the first one).
     halted: Arc<std::sync::OnceLock<String>>,
-    /// Batch attempts made, those that failed as a whole, and revisions batches reused.
-    batches: Arc<(AtomicU64, AtomicU64, AtomicU64)>,
+    /// How the run's batches went.
+    batches: Arc<BatchCounts>,
 }
 
 impl Crew {
@@ -84,32 +84,88 @@ impl Crew {
     }
 
     /// Builds a batch of projects in one transaction ([`attempt_batch`]), each to the outcome
-    /// it would have had alone: a project the batch decided is done; one whose try there is
-    /// worth another (a drift, a claim held elsewhere) goes on alone with the attempts it has
-    /// left, after its backoff; and when the batch failed as a whole (a statement failed for
-    /// a cause that is no one project's, or the commit), each is built alone from its first
-    /// attempt, so a poisoned project ends only itself. A batch that closed early for memory
-    /// leaves the rest to the next batch, its first project alone when it found no room even
-    /// first. `None` for a project not started because the run was stopped first.
+    /// it would have had alone: a project the batch decided is done; those whose try there is
+    /// worth another (a claim held elsewhere, a drift, a head not active yet) are tried again
+    /// together, in a batch of their own after one backoff, up to `--max-attempts` tries
+    /// (contract section 9.2: never one by one, each after its own backoff); and when the
+    /// batch failed as a whole (a statement failed for a cause that is no one project's, or
+    /// the commit), each is built alone from its first attempt, so a poisoned project ends
+    /// only itself. A batch that closed early for memory leaves the rest to the next batch,
+    /// its first project alone when it found no room even first. `None` for a project not
+    /// started because the run was stopped first.
     pub(super) async fn process_batch(
         &self,
         session: &mut Session,
         projects: &[String],
     ) -> Vec<Option<Outcome>> {
-        let mut out = Vec::with_capacity(projects.len());
-        let mut rest = projects;
+        let mut out: Vec<Option<Outcome>> = vec![None; projects.len()];
+        let mut round: Vec<usize> = (0..projects.len()).collect();
+        let mut tried: Vec<Again> = Vec::new();
+        let mut delays = self.backoff();
+        loop {
+            let again = self.batch_round(session, projects, &round, &mut out).await;
+            // A project tried before that this round did not start (the run was stopped) ends
+            // with what its last try said.
+            let mut retried = vec![false; projects.len()];
+            for a in &again {
+                retried[a.index] = true;
+            }
+            for a in tried.drain(..) {
+                let i = a.index;
+                if out[i].is_none() && !retried[i] {
+                    out[i] = Some(a.unresolved());
+                }
+            }
+            if again.is_empty() {
+                return out;
+            }
+            let database = again.iter().any(|a| a.reason == Unresolved::Database);
+            let schema_moved = database && self.schema_moved_past_this_build().await;
+            let slept = match delays.next() {
+                Some(d) if !schema_moved => self.stop.sleep(d).await && !self.stop.is_set(),
+                _ => false,
+            };
+            if !slept {
+                if database && !schema_moved {
+                    self.check_database().await;
+                }
+                for a in again {
+                    let i = a.index;
+                    out[i] = Some(a.unresolved());
+                }
+                return out;
+            }
+            round = again.iter().map(|a| a.index).collect();
+            tried = again;
+        }
+    }
+
+    /// One try of the projects `round` (indices into `projects`) in batches: each decided
+    /// project's outcome goes to `out`; those worth another try are returned, with why.
+    async fn batch_round(
+        &self,
+        session: &mut Session,
+        projects: &[String],
+        round: &[usize],
+        out: &mut [Option<Outcome>],
+    ) -> Vec<Again> {
+        let mut again = Vec::new();
+        let mut rest = round;
         while !rest.is_empty() {
             if self.stop.is_set() {
-                out.extend(std::iter::repeat_n(None, rest.len()));
+                // Not started now: those tried before keep what their last try said.
                 break;
             }
-            self.batches.0.fetch_add(1, Ordering::Relaxed);
+            let names: Vec<String> = rest.iter().map(|&i| projects[i].clone()).collect();
+            self.batches.attempts.fetch_add(1, Ordering::Relaxed);
             let tried = tokio::select! {
                 biased;
-                tried = attempt_batch(session, &self.budget, rest, self.snapshot_share()) => tried,
+                tried = attempt_batch(session, &self.budget, &names, self.snapshot_share()) => tried,
                 // The transaction is dropped and rolls back: nothing of the batch is written.
                 () = self.stop.abandoned() => {
-                    out.extend(std::iter::repeat_n(Some(abandoned()), rest.len()));
+                    for &i in rest {
+                        out[i] = Some(abandoned());
+                    }
                     break;
                 }
             };
@@ -117,50 +173,54 @@ impl Crew {
                 Ok(b) if b.steps.is_empty() => {
                     // Not even the first project's revisions fit what is free now: it waits
                     // for the budget alone, holding nothing else.
-                    out.push(self.process(session, &rest[0]).await);
+                    out[rest[0]] = self.process(session, &names[0]).await;
                     rest = &rest[1..];
                     continue;
                 }
                 Ok(b) => {
                     self.batches
-                        .2
+                        .reused_revisions
                         .fetch_add(b.reused_revisions, Ordering::Relaxed);
                     b.steps
                 }
                 Err(e) => {
-                    self.batches.1.fetch_add(1, Ordering::Relaxed);
+                    self.batches.failed.fetch_add(1, Ordering::Relaxed);
                     tracing::debug!(error = %e, projects = rest.len(), "the batch failed as a whole; each project is built alone");
-                    for p in rest {
-                        out.push(self.process(session, p).await);
+                    for (&i, p) in rest.iter().zip(&names) {
+                        out[i] = self.process(session, p).await;
                     }
                     break;
                 }
             };
             let decided = steps.len().min(rest.len());
-            for (p, step) in rest.iter().zip(steps) {
-                let outcome = match step {
-                    Step::Done(o) => Some(o),
-                    first => {
-                        tokio::select! {
-                            biased;
-                            o = self.attempts_after(session, p, first) => Some(o),
-                            () = self.stop.abandoned() => Some(abandoned()),
-                        }
+            for (&index, step) in rest.iter().zip(steps) {
+                match step {
+                    Step::Done(o) => out[index] = Some(o),
+                    Step::Halt(detail) => {
+                        self.halt(&detail);
+                        out[index] = Some(Outcome::Unresolved {
+                            reason: Unresolved::Database,
+                            detail: crate::quote::bound_detail(detail),
+                        });
                     }
-                };
-                out.push(outcome);
+                    Step::Retry(reason, detail) => again.push(Again {
+                        index,
+                        reason,
+                        detail,
+                    }),
+                }
             }
             rest = &rest[decided..];
         }
-        out
+        again
     }
 
     /// How the run's batches went.
     pub(super) fn batch_tally(&self) -> super::BatchTally {
         super::BatchTally {
-            attempts: self.batches.0.load(Ordering::Relaxed),
-            failed: self.batches.1.load(Ordering::Relaxed),
-            reused_revisions: self.batches.2.load(Ordering::Relaxed),
+            attempts: self.batches.attempts.load(Ordering::Relaxed),
+            failed: self.batches.failed.load(Ordering::Relaxed),
+            reused_revisions: self.batches.reused_revisions.load(Ordering::Relaxed),
         }
     }
 
@@ -359,6 +419,35 @@ impl Crew {
             }
         }
     }
+}
+
+/// A project of a batch whose try is worth another: its index in the batch, and why.
+struct Again {
+    index: usize,
+    reason: Unresolved,
+    detail: String,
+}
+
+impl Again {
+    /// What the project ends with when it is not tried again.
+    fn unresolved(self) -> Outcome {
+        Outcome::Unresolved {
+            reason: self.reason,
+            // A database's message may quote row values: bounded like any detail.
+            detail: crate::quote::bound_detail(self.detail),
+        }
+    }
+}
+
+/// The run's batches, counted by every worker of every lane.
+#[derive(Debug, Default)]
+struct BatchCounts {
+    /// Batch attempts made.
+    attempts: AtomicU64,
+    /// Of those, the ones that failed as a whole.
+    failed: AtomicU64,
+    /// Heads that took a revision their batch had already read.
+    reused_revisions: AtomicU64,
 }
 
 /// The outcome of a project whose attempt was given up at the end of the grace period.
