@@ -201,6 +201,22 @@ pub fn is_permission(s: &str) -> bool {
 /// Most permissions one generation may approve (contract sections 2 and 5).
 pub const MAX_APPROVED_PERMISSIONS: usize = 256;
 
+/// Most bytes of a generation's approved permissions as stored (JSON text): 256 permissions of
+/// 64 characters take 17,153 bytes written compactly, 17,408 with a space after each comma.
+/// The database refuses more (migration 17); an observation brings a longer text as
+/// `{"bytes":N}` instead ([`permissions_past_limit`]), so a row stored before the limit
+/// cannot make an observation large.
+pub const MAX_APPROVED_PERMISSIONS_BYTES: usize = 18 * 1024;
+
+/// The stored length of approved permissions an observation left behind for being past
+/// [`MAX_APPROVED_PERMISSIONS_BYTES`], if `text` is such a stand-in.
+pub fn permissions_past_limit(text: &str) -> Option<u64> {
+    text.strip_prefix("{\"bytes\":")?
+        .strip_suffix('}')?
+        .parse()
+        .ok()
+}
+
 /// What is wrong with a generation's approved permissions, if anything: more than
 /// [`MAX_APPROVED_PERMISSIONS`], one that is not a permission ([`is_permission`]), or one
 /// given twice. The text names the first such item by its position.

@@ -262,6 +262,22 @@ impl SnapshotBuilder {
                 return Err(bad(column, value));
             }
         }
+        if let Some(bytes) = model::permissions_past_limit(&h.approved_permissions) {
+            return Err(Rejection::new(
+                Code::SourceInvalid,
+                format!(
+                    "package {}: generation {} of installation {}: approved_permissions holds \
+                     {bytes} bytes, more than the {} a generation's may; the row predates the \
+                     limit or the database's checks were bypassed: activate a generation that \
+                     approves at most {} permissions, each one a definition could name",
+                    quote(&h.package_name),
+                    h.generation,
+                    quote(&h.installation_id),
+                    model::MAX_APPROVED_PERMISSIONS_BYTES,
+                    model::MAX_APPROVED_PERMISSIONS
+                ),
+            ));
+        }
         let approved = parse_permissions(&h.approved_permissions)
             .ok_or_else(|| bad("approved_permissions", &h.approved_permissions))?;
         // A row stored before the limits of contract section 5 keeps them in the database;

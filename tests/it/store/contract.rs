@@ -2022,6 +2022,7 @@ mod on_postgres {
             let (pg, lite, _dir) = unmigrated("before_permission_limits").await;
             let many: Vec<String> = (0..257).map(|i| format!("p{i:03}")).collect();
             let long = vec!["a".repeat(65)];
+            let huge: Vec<String> = (0..20_000).map(|i| format!("perm{i:05}")).collect();
             let generation = |installation: &str, n: i64, perms: &[String]| {
                 format!(
                     "INSERT INTO ql3.package_generations (installation_id, generation, status, \
@@ -2039,11 +2040,19 @@ mod on_postgres {
                 exec(store, &generation("demo-2-slack", 50, &long))
                     .await
                     .unwrap();
-                sources::activate(store, "demo-1-github", 50).await.unwrap();
-                sources::activate(store, "demo-2-slack", 50).await.unwrap();
+                exec(store, &generation("demo-rejected-shady", 50, &huge))
+                    .await
+                    .unwrap();
+                for installation in ["demo-1-github", "demo-2-slack", "demo-rejected-shady"] {
+                    sources::activate(store, installation, 50).await.unwrap();
+                }
                 store.migrate(false, None).await.unwrap();
                 // Refused from now on, on both dialects.
-                for (perms, what) in [(&many, "257 permissions"), (&long, "65 characters")] {
+                for (perms, what) in [
+                    (&many, "257 permissions"),
+                    (&long, "65 characters"),
+                    (&huge, "20,000 permissions"),
+                ] {
                     let refused = exec(store, &generation("demo-1-docs", 60, perms)).await;
                     assert!(
                         refused
@@ -2053,7 +2062,11 @@ mod on_postgres {
                     );
                 }
                 let summary = run_all(store, false).await;
-                assert_eq!(summary.rejected.get(&SOURCE_INVALID), 2, "{summary:?}");
+                assert_eq!(summary.rejected.get(&SOURCE_INVALID), 3, "{summary:?}");
+                // The 20,000 permissions (about 180 KB) never reach the executor: the
+                // observation brings their length.
+                let huge_bytes = serde_json::to_string(&huge).unwrap().len();
+                let too_long = format!("approved_permissions holds {huge_bytes} bytes");
                 for (project, installation, problem) in [
                     ("demo-1", "demo-1-github", "257 approved permissions"),
                     (
@@ -2061,6 +2074,7 @@ mod on_postgres {
                         "demo-2-slack",
                         "approved permission [0] is not a permission",
                     ),
+                    ("demo-rejected", "demo-rejected-shady", too_long.as_str()),
                 ] {
                     let outcome = publish(store, project).await;
                     assert_eq!(outcome.reason(), Some("source-invalid"), "{outcome:?}");

@@ -4,7 +4,11 @@
 use super::*;
 
 /// Live heads of project `$1` joined to their generations, in vector order; at most 129 rows,
-/// which is all `too-many-packages` needs. `$columns`, `$join` and `$gate` add selected
+/// which is all `too-many-packages` needs. A generation's approved permissions come only when
+/// their text holds at most 18 KiB (`model::MAX_APPROVED_PERMISSIONS_BYTES`, what 256
+/// permissions of 64 characters take with room for spaces; the database refuses more since
+/// migration 17): a row stored before the limit comes as `{"bytes":N}`, which the planner
+/// refuses as `source-invalid`, so no source row can make an observation large. `$columns`, `$join` and `$gate` add selected
 /// columns, joins and conditions for the combined steps of an attempt; with a first argument,
 /// the project is that expression instead of `$1` (a batch's `b.project_id`).
 macro_rules! heads_query {
@@ -15,7 +19,10 @@ macro_rules! heads_query {
         concat!(
             "
 SELECT i.package_name, i.installation_id, i.active_generation, g.status,
-       g.generation_digest, g.lock_digest, g.revision_digest, g.approved_permissions",
+       g.generation_digest, g.lock_digest, g.revision_digest,
+       CASE WHEN octet_length(g.approved_permissions) <= 18432 THEN g.approved_permissions
+            ELSE '{\"bytes\":' || octet_length(g.approved_permissions) || '}'
+       END AS approved_permissions",
             $columns,
             "
 FROM ql3.package_installations AS i
