@@ -296,6 +296,10 @@ pub(super) async fn prepare(
             "another replica holds this project's claim".into(),
         )));
     }
+    // Past its batch's observation cap: the batch closes before it, and the next one takes it.
+    if opening.deferred {
+        return Ok(Prepared::NoRoom);
+    }
     // A final outcome clears the project's mark, if it still holds the version read now.
     let mark = opening.mark;
     // Deleted since it was listed: no snapshot is ever stored for a project id without a

@@ -98,6 +98,13 @@ async fn attempt_savepoints(
 /// The smallest per-project cap for revisions that come with a batch's opening.
 const INLINE_FLOOR: u64 = 16 << 10;
 
+/// How many times a batch holds its observations' text at most: the first observation kept
+/// for the last statement's comparison, the heads its planned snapshot was built from (its
+/// source rows), a head's approved permissions parsed for the revision reader, and the last
+/// statement's arguments as the driver sends them (the row they arrived in is dropped once
+/// read).
+pub(crate) const OBSERVED_COPIES: u64 = 4;
+
 /// A project of a PostgreSQL batch, prepared, with the memory its planned snapshot holds.
 struct Entry {
     prepared: Prepared,
@@ -119,7 +126,17 @@ async fn attempt_set(
     let cap = (share / 4 / projects.len().max(1) as u64).clamp(INLINE_FLOOR, INLINE_BYTES);
     let inline_memory = budget.try_reserve(inline_reservation(projects.len(), cap));
     let cap = inline_memory.as_ref().map(|_| cap);
-    let openings = answered(limit, a.open_batch(projects, cap)).await?;
+    // The observations: their text together within an eighth of the share, held OBSERVED_COPIES
+    // times, reserved before they are read; when that is not free now, only the first
+    // project's (which the memory bound counts per worker) and the batch closes after it.
+    let observed_cap = share / 8;
+    let mut observed_memory = budget.try_reserve(OBSERVED_COPIES * observed_cap);
+    let observed_cap = observed_memory.as_ref().map_or(0, |_| observed_cap);
+    let openings = answered(limit, a.open_batch(projects, cap, observed_cap)).await?;
+    if let Some(reserved) = observed_memory.as_mut() {
+        let observed: u64 = openings.iter().map(|o| o.observed_bytes).sum();
+        reserved.shrink_to(OBSERVED_COPIES * observed);
+    }
     let mut readings = Readings::shared(
         budget,
         openings.iter().flat_map(|o| {
@@ -132,6 +149,7 @@ async fn attempt_set(
         }),
     );
     let mut entries: Vec<Entry> = Vec::with_capacity(projects.len());
+    let _observed_memory = observed_memory;
     let mut held = 0;
     for (project_id, opening) in projects.iter().zip(openings) {
         let prepared = prepare(
@@ -149,11 +167,12 @@ async fn attempt_set(
         let snapshot_memory = match &prepared {
             Prepared::NoRoom => break,
             Prepared::Planned { snapshot, .. } => {
-                // The document and the driver's copy of it, until the batch ends. A batch's
-                // first snapshot is held whatever the budget (as a lone attempt's is: the
-                // memory bound counts one per worker); a later one that does not fit closes
-                // the batch before its project.
-                let bytes = 2 * snapshot.canonical_json.len() as u64;
+                // The document, the driver's copy of it in the last statement's arguments and
+                // that statement's write buffer, until the batch ends. A batch's first
+                // snapshot is held whatever the budget (as a lone attempt's is: the memory
+                // bound counts one per worker); a later one that does not fit closes the batch
+                // before its project.
+                let bytes = 3 * snapshot.canonical_json.len() as u64;
                 let reserved = (held + bytes <= share)
                     .then(|| budget.try_reserve(bytes))
                     .flatten();

@@ -14,7 +14,20 @@ pub struct MemoryBudget {
 /// Bytes held against the budget; released on drop.
 #[derive(Debug)]
 pub struct Reservation {
-    _permit: OwnedSemaphorePermit,
+    permit: OwnedSemaphorePermit,
+}
+
+impl Reservation {
+    /// Gives back what is held beyond `bytes` (at least 1 KiB stays held).
+    pub fn shrink_to(&mut self, bytes: u64) {
+        let keep = usize::try_from(bytes.div_ceil(1024))
+            .unwrap_or(usize::MAX)
+            .max(1);
+        let held = self.permit.num_permits();
+        if held > keep {
+            drop(self.permit.split(held - keep));
+        }
+    }
 }
 
 impl MemoryBudget {
@@ -41,7 +54,7 @@ impl MemoryBudget {
             .await
             // Invariant: the semaphore is private to this type and never closed.
             .expect("the memory budget semaphore is never closed");
-        Reservation { _permit: permit }
+        Reservation { permit }
     }
 
     /// Takes `bytes` now if they are free, without waiting (a request larger than the whole
@@ -49,7 +62,7 @@ impl MemoryBudget {
     pub fn try_reserve(&self, bytes: u64) -> Option<Reservation> {
         let kib = u32::try_from(bytes.div_ceil(1024)).ok()?.max(1);
         let permit = Arc::clone(&self.permits).try_acquire_many_owned(kib).ok()?;
-        Some(Reservation { _permit: permit })
+        Some(Reservation { permit })
     }
 
     /// KiB currently free (for tests and progress).
@@ -85,6 +98,13 @@ mod tests {
         let now = budget.try_reserve(6 * 1024).expect("6 KiB fit");
         assert_eq!(budget.available_kib(), 0);
         drop(now);
+        assert_eq!(budget.available_kib(), 6);
+        let mut most = budget.try_reserve(6 * 1024).expect("6 KiB fit");
+        most.shrink_to(2 * 1024);
+        assert_eq!(budget.available_kib(), 4, "4 KiB given back");
+        most.shrink_to(4 * 1024);
+        assert_eq!(budget.available_kib(), 4, "shrinking never grows");
+        drop(most);
         assert_eq!(budget.available_kib(), 6);
     }
 }

@@ -477,7 +477,7 @@ fn recovery_memory_limit(ns: &Namespace) -> String {
 fn upgrade_rollback_and_uninstall_leave_only_the_claim() {
     let ns = Namespace::new("e2e-life");
     upgrade(&ns, &[]);
-    assert_eq!(recovery_memory_limit(&ns), "228Mi");
+    assert_eq!(recovery_memory_limit(&ns), "268Mi");
     // A changed development password (issue 51, defect 4): the upgrade's migration hook logs in
     // with it (`upgrade` fails otherwise), and so does the executor.
     upgrade(
@@ -489,13 +489,13 @@ fn upgrade_rollback_and_uninstall_leave_only_the_claim() {
             "postgresql.password=second-pass",
         ],
     );
-    assert_eq!(recovery_memory_limit(&ns), "178Mi");
+    assert_eq!(recovery_memory_limit(&ns), "198Mi");
     assert_logs_in(&ns, "after-change");
     helm(
         &ns,
         &["rollback", RELEASE, "1", "--wait", "--timeout", "5m"],
     );
-    assert_eq!(recovery_memory_limit(&ns), "228Mi");
+    assert_eq!(recovery_memory_limit(&ns), "268Mi");
     assert_logs_in(&ns, "after-rollback");
     let history = helm(&ns, &["history", RELEASE, "-o", "json"]);
     let history: Value = serde_json::from_str(&history).unwrap();

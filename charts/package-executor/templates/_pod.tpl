@@ -34,11 +34,12 @@ alone decides what runs; the tag stays for people reading the pod). */}}
 
 {{/* Memory limit: the bound docs/contract.md states ("Memory"), at the chart's flags:
 32 MiB for the process, the revision budget (at least the largest single read, 50 MiB), and
-25 MiB per worker for the snapshot it builds. coordinator::memory_bound is the same formula;
+35 MiB per worker for the snapshot it builds and its first project's observation.
+coordinator::memory_bound is the same formula;
 tests/it/chart/manifests.rs holds the two equal. */}}
 {{- define "pe.memory" -}}
 {{- $b := int .Values.run.memoryBudgetMiB -}}
-{{- printf "%dMi" (add 32 (max $b 50) (mul (int .Values.run.concurrency) 25)) -}}
+{{- printf "%dMi" (add 32 (max $b 50) (mul (int .Values.run.concurrency) 35)) -}}
 {{- end -}}
 
 {{/* A quantity (the schema's pattern: a decimal number and an optional suffix) in its base unit
@@ -85,7 +86,7 @@ exceed its limit. */}}
 {{- $limit := $memory -}}
 {{- if hasKey $limits "memory" -}}
 {{- if lt (include "pe.quantity" (dict "root" . "quantity" $limits.memory) | float64) $bound -}}
-{{- fail (printf "resources.limits.memory (%v) is below the run's memory bound, %s (32 MiB + run.memoryBudgetMiB, at least 50, + 25 MiB per run.concurrency worker: docs/contract.md, \"Memory\"): a run may use all of it and be killed. Lower run.memoryBudgetMiB or run.concurrency instead, or leave the limit out" $limits.memory $memory) -}}
+{{- fail (printf "resources.limits.memory (%v) is below the run's memory bound, %s (32 MiB + run.memoryBudgetMiB, at least 50, + 35 MiB per run.concurrency worker: docs/contract.md, \"Memory\"): a run may use all of it and be killed. Lower run.memoryBudgetMiB or run.concurrency instead, or leave the limit out" $limits.memory $memory) -}}
 {{- end -}}
 {{- else if and (hasKey $requests "memory") (gt (include "pe.quantity" (dict "root" . "quantity" $requests.memory) | float64) $bound) -}}
 {{- $limit = $requests.memory -}}

@@ -303,7 +303,7 @@ fn chart_lints_validates_and_parses() {
     // The recovery Job's one definition: a suspended CronJob's jobTemplate.
     let spec = recovery_template(&d);
     assert_eq!(spec.backoff_limit, Some(3));
-    assert_run_job(&spec, "228Mi");
+    assert_run_job(&spec, "268Mi");
     let migrate: Job = serde_json::from_value(migrate.clone()).unwrap();
     let mpod = migrate.spec.unwrap().template.spec.unwrap();
     assert_hardened(&mpod, "128Mi");
@@ -391,7 +391,7 @@ fn chart_lints_validates_and_parses() {
     assert_eq!(sweep_job.completion_mode.as_deref(), Some("Indexed"));
     assert_eq!(sweep_job.backoff_limit_per_index, Some(3));
     assert_eq!(sweep_job.backoff_limit, None);
-    assert_run_job(&sweep_job, "228Mi");
+    assert_run_job(&sweep_job, "268Mi");
     // The sweep's pods are labelled as the sweep, not as a recovery Job's.
     let sweep_labels = sweep_job
         .template
@@ -716,7 +716,7 @@ fn manifests_are_the_charts_render() {
     validate("manifests", &whole);
     let d = docs(&whole);
     let spec = recovery_template(&d);
-    assert_run_job(&spec, "228Mi");
+    assert_run_job(&spec, "268Mi");
     let migrate: Job = serde_json::from_value(find(&d, "Job", "-migrate").clone()).unwrap();
     assert_hardened(&migrate.spec.unwrap().template.spec.unwrap(), "128Mi");
     assert!(
@@ -1099,11 +1099,11 @@ fn no_request_exceeds_its_limit() {
     );
     assert_eq!(
         memory(&["sweep.enabled=true", "resources.requests.memory=100Mi"]),
-        both("100Mi", "228Mi")
+        both("100Mi", "268Mi")
     );
     assert_eq!(
         memory(&["sweep.enabled=true", "resources.limits.memory=1Gi"]),
-        both("228Mi", "1Gi")
+        both("268Mi", "1Gi")
     );
     assert_eq!(
         memory(&[
@@ -1116,7 +1116,7 @@ fn no_request_exceeds_its_limit() {
     let refused: [(&[&str], &str); 5] = [
         (
             &["resources.limits.memory=100Mi"],
-            "resources.limits.memory (100Mi) is below the run's memory bound, 228Mi",
+            "resources.limits.memory (100Mi) is below the run's memory bound, 268Mi",
         ),
         (
             &[

@@ -96,11 +96,15 @@ pub struct Finished {
 impl Attempt<'_> {
     /// Opens a batch (PostgreSQL, [`sql::OPEN_BATCH_PG`]): one [`Opening`] per project, in the
     /// order given; a project another executor holds has `claimed` false and nothing else. The
-    /// current proof runs, under the claim, for each project that has a snapshot at all.
+    /// observations' text together is held to `observed` bytes, counted in order (the first
+    /// project always comes whole): a project past it is `deferred`, claimed with nothing else
+    /// read. The current proof runs, under the claim, for each project that has a snapshot at
+    /// all.
     pub async fn open_batch(
         &mut self,
         projects: &[String],
         inline: Option<u64>,
+        observed: u64,
     ) -> Result<Vec<Opening>, StoreError> {
         let Attempt::Pg(tx) = self else {
             return Err(batch_on_sqlite());
@@ -108,6 +112,7 @@ impl Attempt<'_> {
         let rows = sqlx::query(sql::OPEN_BATCH_PG)
             .bind(projects)
             .bind(cap(inline))
+            .bind(i64::try_from(observed).unwrap_or(i64::MAX))
             .fetch_all(&mut **tx)
             .await?;
         if rows.len() != projects.len() {
@@ -115,8 +120,18 @@ impl Attempt<'_> {
         }
         let mut openings = Vec::with_capacity(rows.len());
         let mut with_snapshots = Vec::new();
-        for (row, project_id) in rows.iter().zip(projects) {
-            let (opening, has_snapshot) = opening_from_row(row)?;
+        // Each row is dropped once read: the observations are not held twice.
+        for (row, project_id) in rows.into_iter().zip(projects) {
+            let claimed: bool = row.try_get("claimed")?;
+            if claimed && !row.try_get::<bool, _>("kept")? {
+                openings.push(Opening {
+                    claimed,
+                    deferred: true,
+                    ..Opening::default()
+                });
+                continue;
+            }
+            let (opening, has_snapshot) = opening_from_row(&row)?;
             if has_snapshot && !opening.vanished {
                 with_snapshots.push(project_id.as_str());
             }

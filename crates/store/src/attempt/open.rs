@@ -39,6 +39,12 @@ pub struct Opening {
     /// Whether the project's row is gone (deleted outright since it was listed): it gets no
     /// snapshot (contract section 9), whatever else was read.
     pub vanished: bool,
+    /// Whether its observation was left out of a batch's opening for the batch's observation
+    /// cap (see [`Attempt::open_batch`]): claimed, nothing else read; the next batch takes it.
+    pub deferred: bool,
+    /// The bytes of its observation's text as the database counted them (names, ids, digests,
+    /// approved permissions, 64 a head besides); 0 where not counted (SQLite).
+    pub observed_bytes: u64,
     /// The digest of the project's current snapshot, if one is proven current.
     pub current: Option<Digest>,
     /// The first observation: live heads in vector order, at most 129.
@@ -241,9 +247,12 @@ pub(super) fn opening_from_row(row: &sqlx::postgres::PgRow) -> Result<(Opening, 
             .zip(reasons.into_iter().zip(details))
             .map(|(v, (reason, detail))| (v, reason, detail)),
     )?;
+    let observed: Option<i64> = row.try_get("observed_bytes")?;
     let opening = Opening {
         claimed,
         vanished: row.try_get("vanished")?,
+        deferred: false,
+        observed_bytes: observed.map_or(0, |b| b.max(0) as u64),
         current: None,
         heads,
         lengths,
@@ -340,6 +349,8 @@ impl Attempt<'_> {
                 Ok(Opening {
                     claimed: true,
                     vanished: false,
+                    deferred: false,
+                    observed_bytes: 0,
                     current: None,
                     heads,
                     lengths,

@@ -61,7 +61,13 @@ CROSS JOIN LATERAL (",
                 ",
          coalesce(array_agg(o.byte_length), '{}') AS byte_lengths,
          coalesce(array_agg(o.actual_length), '{}') AS actual_lengths,
-         coalesce(array_agg(o.inline_content), '{}') AS inline_contents",
+         coalesce(array_agg(o.inline_content), '{}') AS inline_contents,
+         coalesce(sum(octet_length(o.package_name) + octet_length(o.installation_id)
+                      + coalesce(octet_length(o.generation_digest), 0)
+                      + coalesce(octet_length(o.lock_digest), 0)
+                      + coalesce(octet_length(o.revision_digest), 0)
+                      + coalesce(octet_length(o.approved_permissions), 0) + 64), 0)
+           AS observed_bytes",
                 length_join!(),
                 " AND c.claimed"
             ),
@@ -147,6 +153,13 @@ FROM clr CROSS JOIN (",
 /// batch's claim rows, so a project another executor holds is left out at once (its row says
 /// `claimed` false and nothing else was read for it), and the rest are claimed together. The
 /// inline cap `$2` holds for each project on its own.
+///
+/// The observations' text (`observed_bytes`: names, ids, digests and approved permissions, 64
+/// bytes a head besides) is held to `$3` bytes for the whole batch, counted in order: the
+/// first project always comes whole, and from the first project past the cap on, a row says
+/// `kept` false and brings nothing but its claim, so what a batch holds is reserved before it
+/// is read (contract section 2) and the batch closes before that project, which the next
+/// batch takes.
 pub const OPEN_BATCH_PG: &str = concat!(
     "
 WITH b AS MATERIALIZED (
@@ -157,11 +170,31 @@ WITH b AS MATERIALIZED (
 ), c AS MATERIALIZED (
   SELECT b.project_id, b.ord, EXISTS (SELECT 1 FROM k WHERE k.project_id = b.project_id) AS claimed
   FROM b
-)
-SELECT c.project_id, ",
+), q AS (
+  SELECT c.project_id, c.ord, ",
     opened!("c.project_id"),
     "
-ORDER BY c.ord"
+), w AS (
+  SELECT q.*, q.ord = 1 OR sum(q.observed_bytes) OVER (ORDER BY q.ord) <= $3 AS kept FROM q
+)
+SELECT w.project_id, w.claimed, w.has_snapshot, w.vanished, w.mark_version, w.kept,
+       w.observed_bytes,
+       CASE WHEN w.kept THEN w.package_names END AS package_names,
+       CASE WHEN w.kept THEN w.installation_ids END AS installation_ids,
+       CASE WHEN w.kept THEN w.generations END AS generations,
+       CASE WHEN w.kept THEN w.statuses END AS statuses,
+       CASE WHEN w.kept THEN w.generation_digests END AS generation_digests,
+       CASE WHEN w.kept THEN w.lock_digests END AS lock_digests,
+       CASE WHEN w.kept THEN w.revision_digests END AS revision_digests,
+       CASE WHEN w.kept THEN w.permissions END AS permissions,
+       CASE WHEN w.kept THEN w.byte_lengths END AS byte_lengths,
+       CASE WHEN w.kept THEN w.actual_lengths END AS actual_lengths,
+       CASE WHEN w.kept THEN w.inline_contents END AS inline_contents,
+       CASE WHEN w.kept THEN w.rejected_vectors END AS rejected_vectors,
+       CASE WHEN w.kept THEN w.rejected_reasons END AS rejected_reasons,
+       CASE WHEN w.kept THEN w.rejected_details END AS rejected_details
+FROM w
+ORDER BY w.ord"
 );
 
 /// Ends a batch's attempt in one PostgreSQL statement, every project's outcome written as if it
