@@ -70,7 +70,7 @@ fn fixture() -> Vec<u8> {
             format!("p{p}")
         )
         .unwrap();
-        for k in 0..PACKAGES {
+        for (k, digest) in digests.iter().enumerate() {
             if k > 0 {
                 out.push(',');
             }
@@ -80,7 +80,7 @@ fn fixture() -> Vec<u8> {
                     serde_json::to_string(&revision(k)).unwrap()
                 )
             } else {
-                format!(r#""revisionDigest":"{}""#, digests[k])
+                format!(r#""revisionDigest":"{digest}""#)
             };
             write!(
                 out,
