@@ -42,7 +42,8 @@ const _: () = assert!(OBSERVED_COPIES * OBSERVATION_BYTES <= OBSERVATION_HELD_BY
 /// What one worker may hold outside the budget: the kept bodies of the snapshot it builds, the
 /// canonical document written from them, and the copy the database driver sends, each at most
 /// [`MAX_SNAPSHOT_BYTES`], a MiB of row and protocol buffers, and its first project's
-/// observation ([`OBSERVATION_HELD_BYTES`]): 35 MiB.
+/// observation (10 MiB: the largest observation a project can have, about 2.4 MiB, held
+/// `OBSERVED_COPIES` times, rounded up): 35 MiB.
 pub const WORKER_BYTES: u64 = 3 * MAX_SNAPSHOT_BYTES + (1 << 20) + OBSERVATION_HELD_BYTES;
 
 /// The most memory a run with these flags holds, whatever the input: the base, the budget (or
