@@ -152,7 +152,13 @@ pub fn rows_of(p: FixtureProject) -> Result<ProjectRows, FixtureError> {
                 .as_str()
                 .to_owned()
             });
-            if let Some(problem) = approved_permissions_problem(&g.approved_permissions) {
+            let mut seen = std::collections::BTreeSet::new();
+            let twice = g
+                .approved_permissions
+                .iter()
+                .position(|p| !seen.insert(p.as_str()))
+                .map(|i| format!("approved permission [{i}] is given twice"));
+            if let Some(problem) = approved_permissions_problem(&g.approved_permissions).or(twice) {
                 return Err(input(format!(
                     "{at}: approvedPermissions: {problem}; a generation may approve at most \
                      {MAX_APPROVED_PERMISSIONS} distinct permissions, each one a definition \

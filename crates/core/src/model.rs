@@ -218,8 +218,9 @@ pub fn permissions_past_limit(text: &str) -> Option<u64> {
 }
 
 /// What is wrong with a generation's approved permissions, if anything: more than
-/// [`MAX_APPROVED_PERMISSIONS`], one that is not a permission ([`is_permission`]), or one
-/// given twice. The text names the first such item by its position.
+/// [`MAX_APPROVED_PERMISSIONS`], or one that is not a permission ([`is_permission`]). The text
+/// names the first such item by its position. (Distinctness is the format's own, checked
+/// where the text is parsed.)
 pub fn approved_permissions_problem(items: &[String]) -> Option<String> {
     if items.len() > MAX_APPROVED_PERMISSIONS {
         return Some(format!(
@@ -228,19 +229,11 @@ pub fn approved_permissions_problem(items: &[String]) -> Option<String> {
             items.len()
         ));
     }
-    let mut seen = std::collections::BTreeSet::new();
-    for (i, item) in items.iter().enumerate() {
-        if !is_permission(item) {
-            return Some(format!(
-                "approved permission [{i}] is not a permission (^[a-z][a-z0-9._:-]{{0,63}}$: a \
-                 lowercase letter first, at most 64 characters)"
-            ));
-        }
-        if !seen.insert(item.as_str()) {
-            return Some(format!("approved permission [{i}] is given twice"));
-        }
-    }
-    None
+    let i = items.iter().position(|item| !is_permission(item))?;
+    Some(format!(
+        "approved permission [{i}] is not a permission (^[a-z][a-z0-9._:-]{{0,63}}$: a \
+         lowercase letter first, at most 64 characters)"
+    ))
 }
 
 /// `package_generations.status` (contract section 7): where a generation is in its lifecycle.

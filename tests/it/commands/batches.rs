@@ -292,9 +292,9 @@ mod on_postgres {
         .await;
     }
 
-    /// The reverse-order control plane (see `lock_order`), ten rounds at each batch size, one
-    /// database: every round commits, no batch fails, and the changes are built by the next
-    /// run.
+    /// The reverse-order control plane (see `lock_order`), ten rounds at each of the batch sizes
+    /// 8, 32, 512 and 1, one database: every round commits, no batch fails, and the changes are
+    /// built by the next run.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_control_plane_is_never_a_deadlock_victim() {
         let url = pg::fresh_db().await;
@@ -303,7 +303,7 @@ mod on_postgres {
         within(600, async {
             import(&admin, &fixtures::many_projects(4, 2, 2, 100)).await;
             let mut generation = 1;
-            for batch_size in [8, 32, 1] {
+            for batch_size in [8, 32, 512, 1] {
                 for _ in 0..10 {
                     generation = 3 - generation;
                     super::lock_order::round(

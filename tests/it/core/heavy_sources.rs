@@ -11,12 +11,11 @@
 
 use std::fmt::Write as _;
 
-use package_executor::coordinator::memory_bound;
 use package_executor::store::Dialect;
 use package_executor_testkit::db::{connect, import, scalar};
 use package_executor_testkit::{pg, within};
 
-use super::hostile::{fresh, measured, mib, report_to_file};
+use super::hostile::{fresh, judged_run, report_to_file};
 
 const PROJECTS: usize = 128;
 const PACKAGES: usize = 128;
@@ -140,39 +139,15 @@ async fn heavy_sources(dialect: Dialect) {
     for (n, (batch, concurrency, page)) in FLAG_SETS.into_iter().enumerate() {
         let (run_url, file) = copy(&url, dialect, n).await;
         let flags = [
-            "run",
-            "--json",
-            "--summary-file",
-            "/dev/null",
-            "--batch-size",
-            &batch.to_string(),
-            "--concurrency",
-            &concurrency.to_string(),
-            "--page-size",
-            &page.to_string(),
-        ]
-        .map(str::to_owned);
-        let args: Vec<&str> = flags.iter().map(String::as_str).collect();
-        let got = measured(&run_url, &args).await;
+            ("--batch-size", batch.to_string()),
+            ("--concurrency", concurrency.to_string()),
+            ("--page-size", page.to_string()),
+        ];
+        let (summary, held) = judged_run(&run_url, &flags, budget, concurrency, &mut report).await;
         if let Some(file) = file {
             std::fs::remove_file(file).unwrap();
         }
-        let summary: serde_json::Value =
-            serde_json::from_str(got.stdout.trim()).expect("one JSON summary");
-        let bound = memory_bound(budget, concurrency);
-        let held = got.peak <= bound;
         over += usize::from(!held);
-        writeln!(
-            report,
-            "  --batch-size {batch:>3} --concurrency {concurrency} --page-size {page:>4}: \
-             published {} exit {:?}  peak {:>9} of {:>9}  {}",
-            summary["published"],
-            got.exit,
-            mib(got.peak),
-            mib(bound),
-            if held { "ok" } else { "OVER" }
-        )
-        .unwrap();
         assert_eq!(summary["published"], PROJECTS, "{summary}");
     }
     writeln!(

@@ -235,6 +235,40 @@ pub(super) fn mib(b: u64) -> String {
     format!("{:.1} MiB", b as f64 / f64::from(1 << 20))
 }
 
+/// One `run --json` on `url` with `flags` (name, value), judged against the bound at its
+/// `--memory-budget` (`budget`, bytes) and `--concurrency`: its line in `report` (the flags,
+/// what it published, its exit and its peak against the bound), its summary, and whether its
+/// peak held.
+pub(super) async fn judged_run(
+    url: &str,
+    flags: &[(&str, String)],
+    budget: u64,
+    concurrency: usize,
+    report: &mut String,
+) -> (Value, bool) {
+    let mut args = vec!["run", "--json", "--summary-file", "/dev/null"];
+    for (name, value) in flags {
+        args.extend([*name, value.as_str()]);
+    }
+    let got = measured(url, &args).await;
+    let summary: Value = serde_json::from_str(got.stdout.trim()).expect("one JSON summary");
+    let bound = memory_bound(budget, concurrency);
+    let held = got.peak <= bound;
+    let label: Vec<String> = flags.iter().map(|(n, v)| format!("{n} {v}")).collect();
+    writeln!(
+        report,
+        "  {}: published {} exit {:?}  peak {:>9} of {:>9}  {}",
+        label.join(" "),
+        summary["published"],
+        got.exit,
+        mib(got.peak),
+        mib(bound),
+        if held { "ok" } else { "OVER" }
+    )
+    .unwrap();
+    (summary, held)
+}
+
 async fn suite(dialect: Dialect) {
     let settings = RunSettings::default();
     let one = memory_bound(settings.memory_budget, 1);
@@ -402,40 +436,16 @@ async fn snapshot_heavy(dialect: Dialect) {
             )
         })
         .chain([96, 256, 512].map(|budget| (512, 1, budget)));
-    for (run, (batch, concurrency, budget)) in runs.enumerate() {
+    for (batch, concurrency, budget) in runs {
         let (url, _dir) = heavy_database(dialect).await;
-        let (batch_text, budget_text) = (batch.to_string(), format!("{budget}MiB"));
-        let concurrency_text = concurrency.to_string();
         let flags = [
-            "run",
-            "--json",
-            "--summary-file",
-            "/dev/null",
-            "--batch-size",
-            &batch_text,
-            "--memory-budget",
-            &budget_text,
-            "--concurrency",
-            &concurrency_text,
+            ("--batch-size", batch.to_string()),
+            ("--concurrency", concurrency.to_string()),
+            ("--memory-budget", format!("{budget}MiB")),
         ];
-        let got = measured(&url, &flags).await;
-        let summary: Value = serde_json::from_str(got.stdout.trim()).expect("one JSON summary");
-        let bound = memory_bound(budget << 20, concurrency);
-        let held = got.peak <= bound;
+        let (summary, held) =
+            judged_run(&url, &flags, budget << 20, concurrency, &mut report).await;
         over += usize::from(!held);
-        writeln!(
-            report,
-            "  run {}: --batch-size {batch} --concurrency {concurrency} --memory-budget \
-             {budget_text}: published {} exit \
-             {:?}  peak {:>9} of {:>9}  {}",
-            run + 1,
-            summary["published"],
-            got.exit,
-            mib(got.peak),
-            mib(bound),
-            if held { "ok" } else { "OVER" }
-        )
-        .unwrap();
         assert_eq!(
             summary["published"], HEAVY_PROJECTS,
             "every snapshot of the mix fits the limit: {summary}"
