@@ -447,12 +447,21 @@ pub async fn migrated_sqlite(path: &Path) -> String {
 /// Waits until another session of `c`'s database waits for a lock: how a test that holds one
 /// learns that its actor has reached it. PostgreSQL announces no such event, so this polls
 /// `pg_stat_activity`; it panics after `timeout`.
+///
+/// `c` is usually inside the transaction that holds the lock, and a backend reads
+/// `pg_stat_activity` once per transaction: each poll discards that snapshot first, or a poll
+/// made before the actor reached the lock would be all the others ever saw (a flaky failure
+/// in CI on a loaded machine).
 pub async fn until_a_session_waits_for_a_lock(
     c: &mut sqlx::PgConnection,
     timeout: std::time::Duration,
 ) {
     let started = std::time::Instant::now();
     loop {
+        sqlx::query("SELECT pg_stat_clear_snapshot()")
+            .execute(&mut *c)
+            .await
+            .expect("discard the statistics snapshot");
         let waiting: i64 = sqlx::query_scalar(
             "SELECT COUNT(*) FROM pg_stat_activity \
              WHERE wait_event_type = 'Lock' AND pid <> pg_backend_pid() \
