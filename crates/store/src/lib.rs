@@ -3,6 +3,7 @@
 //! COMMITTED transaction, the unit of work of the coordinator.
 
 mod attempt;
+mod conninfo;
 pub mod control;
 pub mod dialect;
 mod error;

@@ -99,23 +99,8 @@ fn user_parts(text: &str, out: &mut Vec<std::ops::Range<usize>>) {
 
 /// Whether a parameter name, as written, names a secret.
 fn is_secret_name(raw: &str) -> bool {
-    let name = parameter_name(raw);
+    let name = crate::conninfo::parameter_name(raw);
     name.ends_with("password") || name == "passwd" || name == "pwd"
-}
-
-/// A query parameter's name as a URL parser reads it (percent-decoded, `+` a space), trimmed
-/// and in lower case.
-pub(crate) fn parameter_name(raw: &str) -> String {
-    let decoded: String = url::form_urlencoded::parse(raw.as_bytes())
-        .map(|(k, v)| {
-            if v.is_empty() {
-                k
-            } else {
-                format!("{k}={v}").into()
-            }
-        })
-        .collect();
-    decoded.trim().to_ascii_lowercase()
 }
 
 /// The values of every `name=value` (spaces around `=` allowed, libpq quoting understood)

@@ -58,7 +58,7 @@ fn from_url(url: &str, out: &mut Vec<String>) {
             out.push(p.to_owned());
         }
         for (name, value) in parsed.query_pairs() {
-            if crate::redact::parameter_name(&name).ends_with("password") {
+            if crate::conninfo::parameter_name(&name).ends_with("password") {
                 out.push(value.into_owned());
             }
         }
@@ -73,7 +73,7 @@ fn from_url(url: &str, out: &mut Vec<String>) {
     // As typed in a query: `password=` up to the next `&` (or the end).
     for piece in url.split(['?', '&']) {
         if let Some((name, value)) = piece.split_once('=')
-            && crate::redact::parameter_name(name).ends_with("password")
+            && crate::conninfo::parameter_name(name).ends_with("password")
         {
             out.push(value.to_owned());
         }
@@ -152,7 +152,7 @@ pub fn describe(url: &str) -> String {
         Some(crate::Dialect::Sqlite) => {
             format!("the SQLite file {}", crate::sqlite_file::path_in(url).0)
         }
-        Some(crate::Dialect::Postgres) => match crate::primary::split_hosts(url, |_| None) {
+        Some(crate::Dialect::Postgres) => match crate::conninfo::split_hosts(url, |_| None) {
             Ok(hosts) => {
                 let mut parts = Vec::new();
                 for u in &hosts.urls {
