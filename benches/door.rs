@@ -275,7 +275,9 @@ fn rounds() -> usize {
 
 /// The executor's attempt on a current project, mean of back-to-back `publish` calls.
 async fn attempt(url: &str, project: &str) -> Duration {
-    let store = Store::connect(&ConnectOptions::new(url)).await.unwrap();
+    let store = Store::connect(&ConnectOptions::new(url.parse().unwrap()))
+        .await
+        .unwrap();
     let observer = LogObserver;
     let coordinator = Coordinator::new(
         store.clone(),

@@ -276,6 +276,13 @@ pub struct RunArgs {
     /// Also write the summary here (default: /dev/termination-log when writable).
     #[arg(long, env = "PACKAGE_EXECUTOR_SUMMARY_FILE")]
     pub summary_file: Option<PathBuf>,
+    /// The Job this run belongs to, for the Event recorded on it (the chart sets it from the
+    /// downward API).
+    #[arg(long, hide = true, env = "PACKAGE_EXECUTOR_JOB_NAME")]
+    pub job_name: Option<String>,
+    /// The namespace of this run's pod and Job (the chart sets it from the downward API).
+    #[arg(long, hide = true, env = "PACKAGE_EXECUTOR_POD_NAMESPACE")]
+    pub pod_namespace: Option<String>,
     /// Exit 6 when any project was rejected.
     #[arg(long, env = "PACKAGE_EXECUTOR_FAIL_ON_REJECTED")]
     pub fail_on_rejected: bool,

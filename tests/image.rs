@@ -142,7 +142,9 @@ impl Database {
         let admin = cluster.url("postgres");
         let scratch = cluster.url("roles");
         pg::block_on(async move {
-            let store = Store::connect(&ConnectOptions::new(admin)).await.unwrap();
+            let store = Store::connect(&ConnectOptions::new(admin.parse().unwrap()))
+                .await
+                .unwrap();
             let pool = store.pg_pool().unwrap();
             for sql in ["CREATE DATABASE roles", "CREATE DATABASE app"] {
                 sqlx::query(sqlx::AssertSqlSafe(sql))
@@ -151,7 +153,9 @@ impl Database {
                     .unwrap();
             }
             store.close().await;
-            let store = Store::connect(&ConnectOptions::new(scratch)).await.unwrap();
+            let store = Store::connect(&ConnectOptions::new(scratch.parse().unwrap()))
+                .await
+                .unwrap();
             store.migrate(true, None).await.unwrap();
             let pool = store.pg_pool().unwrap();
             for sql in [

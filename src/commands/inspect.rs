@@ -22,7 +22,7 @@ pub(super) async fn current(
     known: Option<&Digest>,
 ) -> anyhow::Result<Exit> {
     let name = shown(project);
-    let store = connect_migrated(cli, 1).await?;
+    let store = connect_migrated(&super::database(cli)?, 1).await?;
     let c = match store.current_door(project, known).await? {
         None => {
             errln!(
@@ -114,7 +114,7 @@ pub(super) async fn current(
 /// `explain PROJECT`.
 pub(super) async fn explain(cli: &Cli, project: &str) -> anyhow::Result<Exit> {
     let name = shown(project);
-    let store = connect_migrated(cli, 1).await?;
+    let store = connect_migrated(&super::database(cli)?, 1).await?;
     let Some(facts) = store.explain(project).await? else {
         outln!("project {name} does not exist; import it or check the id");
         return Ok(Exit::Ok);
@@ -250,7 +250,7 @@ struct VerifyReport {
 
 /// `verify [--project P] [--json]`.
 pub(super) async fn verify(cli: &Cli, project: Option<&str>, json: bool) -> anyhow::Result<Exit> {
-    let store = connect_migrated(cli, 1).await?;
+    let store = connect_migrated(&super::database(cli)?, 1).await?;
     // A mistyped id is not "0 snapshots, all well": it checked nothing the operator meant.
     if let Some(p) = project
         && !store.project_exists(p).await?

@@ -35,7 +35,7 @@ use anyhow::Context as _;
 use crate::cli::{Cli, Command, SourcesCommand};
 use crate::exit::Exit;
 use crate::sources;
-use crate::store::{ConnectOptions, SqliteUse, Store, StoreError, describe};
+use crate::store::{ConnectOptions, DatabaseUrl, SqliteUse, Store, StoreError};
 
 /// Standard output could not be written.
 #[derive(Debug, thiserror::Error)]
@@ -72,7 +72,7 @@ pub async fn execute(cli: Cli) -> anyhow::Result<Exit> {
         Command::Identity(cmd) => tools::identity(cmd),
         Command::Trigger(args) => trigger::trigger(args).await,
         Command::Migrate { check: true, .. } => {
-            let store = connect_migrated(&cli, 1).await?;
+            let store = connect_migrated(&database(&cli)?, 1).await?;
             let version = store.migrations().last().map_or(0, |m| m.version);
             outln!(
                 "the schema is version {version}, this build's ({}): it can run here",
@@ -81,7 +81,7 @@ pub async fn execute(cli: Cli) -> anyhow::Result<Exit> {
             Ok(Exit::Ok)
         }
         Command::Migrate { create_roles, .. } => {
-            let store = connect(&cli, 2).await?;
+            let store = connect(&database(&cli)?, 2).await?;
             let report = store
                 .migrate(*create_roles, None)
                 .await
@@ -113,7 +113,7 @@ pub async fn execute(cli: Cli) -> anyhow::Result<Exit> {
         Command::Explain { project } => inspect::explain(&cli, project).await,
         Command::Verify { project, json } => inspect::verify(&cli, project.as_deref(), *json).await,
         Command::Sources(cmd) => {
-            let store = connect_migrated(&cli, 2).await?;
+            let store = connect_migrated(&database(&cli)?, 2).await?;
             match cmd {
                 SourcesCommand::Import { file, dry_run } => {
                     let report = import::import(&cli, &store, file, *dry_run).await?;
@@ -159,52 +159,58 @@ pub async fn execute(cli: Cli) -> anyhow::Result<Exit> {
     }
 }
 
-/// The database URL, refusing the local default inside a Kubernetes pod.
-pub fn database_url(cli: &Cli) -> Result<String, StoreError> {
-    match &cli.database_url {
-        Some(url) if !url.is_empty() => Ok(url.clone()),
-        _ if crate::cli::in_kubernetes() => Err(StoreError::Unavailable(
-            "DATABASE_URL is not set inside a Kubernetes pod, and the local SQLite default is \
-             refused there; mount the database Secret as DATABASE_URL"
-                .into(),
-        )),
-        _ => Ok(crate::defaults::DATABASE_URL.to_owned()),
-    }
-}
-
-/// Connects with the global settings.
-pub async fn connect(cli: &Cli, max_connections: u32) -> anyhow::Result<Store> {
-    connect_for(cli, max_connections, SqliteUse::Create).await
-}
-
-/// Connects with the global settings; a SQLite file is created or set up only with
-/// [`SqliteUse::Create`] (`migrate`, `demo`).
-async fn connect_for(
-    cli: &Cli,
-    max_connections: u32,
-    sqlite_use: SqliteUse,
-) -> anyhow::Result<Store> {
-    let url = database_url(cli)?;
-    let opts = ConnectOptions {
-        max_connections,
+/// The database the global flags name, and the sessions they ask for: resolved here, once per
+/// command, and passed down (the URL read and its dialect decided once). The local SQLite
+/// default is refused inside a Kubernetes pod.
+pub fn database(cli: &Cli) -> Result<ConnectOptions, StoreError> {
+    let url = match &cli.database_url {
+        Some(url) if !url.is_empty() => url.clone(),
+        _ if crate::cli::in_kubernetes() => {
+            return Err(StoreError::Unavailable(
+                "DATABASE_URL is not set inside a Kubernetes pod, and the local SQLite default \
+                 is refused there; mount the database Secret as DATABASE_URL"
+                    .into(),
+            ));
+        }
+        _ => crate::defaults::DATABASE_URL.to_owned(),
+    };
+    Ok(ConnectOptions {
         statement_timeout: cli.statement_timeout,
         lock_timeout: cli.lock_timeout,
         idle_in_transaction_timeout: cli.idle_in_transaction_timeout,
         acquire_timeout: cli.connect_timeout,
         answer_margin: cli.answer_margin,
+        ..ConnectOptions::new(DatabaseUrl::parse(url)?)
+    })
+}
+
+/// Connects to `db` (a SQLite file is created or set up if missing).
+pub async fn connect(db: &ConnectOptions, max_connections: u32) -> anyhow::Result<Store> {
+    connect_for(db, max_connections, SqliteUse::Create).await
+}
+
+/// Connects to `db`; a SQLite file is created or set up only with [`SqliteUse::Create`]
+/// (`migrate`, `demo`).
+async fn connect_for(
+    db: &ConnectOptions,
+    max_connections: u32,
+    sqlite_use: SqliteUse,
+) -> anyhow::Result<Store> {
+    let opts = ConnectOptions {
+        max_connections,
         sqlite_use,
-        ..ConnectOptions::new(url.clone())
+        ..db.clone()
     };
     let store = Store::connect(&opts)
         .await
-        .with_context(|| format!("connecting to {}", describe(&url)))?;
+        .with_context(|| format!("connecting to {}", db.url.describe()))?;
     Ok(store)
 }
 
-/// Connects and checks the schema is migrated (exit 8 otherwise).
-pub async fn connect_migrated(cli: &Cli, max_connections: u32) -> anyhow::Result<Store> {
+/// Connects to `db` and checks the schema is migrated (exit 8 otherwise).
+pub async fn connect_migrated(db: &ConnectOptions, max_connections: u32) -> anyhow::Result<Store> {
     // A file that is not already ours is refused before it is opened for writing.
-    let store = connect_for(cli, max_connections, SqliteUse::Existing).await?;
+    let store = connect_for(db, max_connections, SqliteUse::Existing).await?;
     store.check_migrated().await?;
     Ok(store)
 }

@@ -157,11 +157,7 @@ fn print_human(summary: &RunSummary) -> Result<(), super::StdoutError> {
 
 /// The pool a run's store opens: each worker keeps a connection and the pages need one more,
 /// and on PostgreSQL the workers of the other lanes bring pools of their own.
-fn run_pool_size(cli: &Cli, concurrency: usize) -> u32 {
-    let dialect = super::database_url(cli)
-        .ok()
-        .and_then(|u| Dialect::of_url(&u))
-        .unwrap_or(Dialect::Sqlite);
+fn run_pool_size(dialect: Dialect, concurrency: usize) -> u32 {
     crate::coordinator::pool_size(dialect, concurrency)
 }
 
@@ -209,7 +205,8 @@ pub(super) async fn run(cli: &Cli, args: &RunArgs) -> anyhow::Result<Exit> {
     let shard = Shard { index, count };
     // The output files never replace the database (or its -wal, -shm and -journal files): a
     // usage error before the run takes work, and checked again when each is written.
-    let protected = Protected::of(super::database_url(cli).ok().as_deref());
+    let database = super::database(cli);
+    let protected = Protected::of(database.as_ref().ok().map(|db| db.url.as_str()));
     let outputs = [
         ("--summary-file", args.summary_file.as_deref()),
         ("--metrics-file", args.metrics_file.as_deref()),
@@ -223,7 +220,10 @@ pub(super) async fn run(cli: &Cli, args: &RunArgs) -> anyhow::Result<Exit> {
         }
     }
     let started = std::time::Instant::now();
-    let pool = run_pool_size(cli, args.concurrency as usize);
+    // A URL that cannot be used is the run's error, reported in its summary below.
+    let pool = database.as_ref().map_or(0, |db| {
+        run_pool_size(db.url.dialect(), args.concurrency as usize)
+    });
     let settings = settings(args, shard);
     // Signals are watched from the start, not once connected: in a container the executor is
     // PID 1, which the kernel gives no default action for SIGTERM, so a stop that came while
@@ -234,7 +234,7 @@ pub(super) async fn run(cli: &Cli, args: &RunArgs) -> anyhow::Result<Exit> {
     // Only a signal cuts the connection short: a deadline that passes meanwhile (even
     // `--deadline 0`) lets the run connect, take no work, and say whether anything is pending.
     let connected = tokio::select! {
-        connected = connect_migrated(cli, pool) => Some(connected),
+        connected = async { connect_migrated(&database?, pool).await } => Some(connected),
         () = stop.signalled() => None,
     };
     let summary = match connected {
@@ -325,12 +325,9 @@ pub(super) async fn run(cli: &Cli, args: &RunArgs) -> anyhow::Result<Exit> {
     }
     tracing::info!(summary = %line, exit_code = summary.exit_code.code(), "run summary");
     if crate::cli::in_kubernetes()
-        && let (Ok(job), Ok(ns)) = (
-            std::env::var("PACKAGE_EXECUTOR_JOB_NAME"),
-            std::env::var("PACKAGE_EXECUTOR_POD_NAMESPACE"),
-        )
+        && let (Some(job), Some(ns)) = (&args.job_name, &args.pod_namespace)
     {
-        crate::k8s::events::record_on_job(&ns, &job, summary.exit_code != Exit::Ok, &line).await;
+        crate::k8s::events::record_on_job(ns, job, summary.exit_code != Exit::Ok, &line).await;
     }
     Ok(summary.exit_code)
 }
@@ -343,7 +340,7 @@ pub(super) async fn publish(
     max_attempts: u32,
     memory_budget: u64,
 ) -> anyhow::Result<Exit> {
-    let store = connect_migrated(cli, 2).await?;
+    let store = connect_migrated(&super::database(cli)?, 2).await?;
     let settings = RunSettings {
         max_attempts,
         memory_budget,
@@ -394,7 +391,8 @@ pub(super) const DEMO_FIXTURE: &[u8] = include_bytes!("../../examples/demo-fixtu
 /// `demo`.
 pub(super) async fn demo(cli: &Cli) -> anyhow::Result<Exit> {
     let settings = RunSettings::default();
-    let store = connect(cli, run_pool_size(cli, settings.concurrency)).await?;
+    let db = super::database(cli)?;
+    let store = connect(&db, run_pool_size(db.url.dialect(), settings.concurrency)).await?;
     let migrated = store.migrate(false, None).await?;
     outln!(
         "1. migrated the {} database ({} migrations applied now)",

@@ -27,7 +27,7 @@ use package_executor::store::{ConnectOptions, Store, StoreError};
 async fn cramped(url: &str, room: i64) -> Store {
     let store = Store::connect(&ConnectOptions {
         max_connections: 1,
-        ..ConnectOptions::new(url)
+        ..ConnectOptions::new(url.parse().unwrap())
     })
     .await
     .expect("connect");

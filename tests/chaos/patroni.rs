@@ -299,7 +299,12 @@ async fn scenarios(seed: u64) {
         ConnectOptions {
             statement_timeout: Duration::from_secs(3),
             acquire_timeout: Duration::from_secs(3),
-            ..ConnectOptions::new(cluster.multi_host_url("postgres", "patroni"))
+            ..ConnectOptions::new(
+                cluster
+                    .multi_host_url("postgres", "patroni")
+                    .parse()
+                    .unwrap(),
+            )
         },
         PROJECTS as u64,
         GENERATIONS,

@@ -257,7 +257,7 @@ async fn storm(seed: u64, seconds: u64) {
         });
     }
     actors.control_plane(
-        ConnectOptions::new(socket_url.clone()),
+        ConnectOptions::new(socket_url.parse().unwrap()),
         PROJECTS as u64,
         2,
         counts.activations.clone(),

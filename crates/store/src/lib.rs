@@ -5,6 +5,7 @@
 mod attempt;
 mod conninfo;
 pub mod control;
+mod database_url;
 pub mod dialect;
 mod error;
 mod import;
@@ -30,6 +31,7 @@ pub use attempt::{
     Appending, Attempt, ClaimState, Finished, Finishing, Opening, Replay, RevisionBytes, Scope,
     Write,
 };
+pub use database_url::DatabaseUrl;
 pub use dialect::{Dialect, Statement};
 pub use error::StoreError;
 use primary::PgTarget;
@@ -62,8 +64,8 @@ impl std::fmt::Display for Dialect {
 /// How to connect.
 #[derive(Clone, Debug)]
 pub struct ConnectOptions {
-    /// `postgres://…` or `sqlite://…`.
-    pub url: String,
+    /// `postgres://…` or `sqlite://…`, read once.
+    pub url: DatabaseUrl,
     /// Pool size.
     pub max_connections: u32,
     /// PostgreSQL `statement_timeout` for this executor's sessions.
@@ -85,9 +87,9 @@ pub struct ConnectOptions {
 
 impl ConnectOptions {
     /// Defaults for a URL.
-    pub fn new(url: impl Into<String>) -> Self {
+    pub fn new(url: DatabaseUrl) -> Self {
         Self {
-            url: url.into(),
+            url,
             max_connections: 5,
             statement_timeout: defaults::STATEMENT_TIMEOUT.value,
             lock_timeout: defaults::LOCK_TIMEOUT.value,
@@ -313,10 +315,9 @@ const SLOW_STATEMENT_LEVEL: log::LevelFilter = log::LevelFilter::Debug;
 impl Store {
     /// Connects (SQLite: creating the file if missing).
     pub async fn connect(opts: &ConnectOptions) -> Result<Self, StoreError> {
-        // Before anything can fail and quote it.
-        secrets::remember(&opts.url);
-        let pool = match Dialect::of_url(&opts.url) {
-            Some(Dialect::Postgres) => {
+        let url = opts.url.as_str();
+        let pool = match opts.url.dialect() {
+            Dialect::Postgres => {
                 let settings = [
                     ("statement_timeout", millis(opts.statement_timeout)),
                     ("lock_timeout", millis(opts.lock_timeout)),
@@ -353,19 +354,15 @@ impl Store {
                         .options(settings.clone())
                         .log_slow_statements(SLOW_STATEMENT_LEVEL, SLOW_STATEMENT)
                 };
-                let target = PgTarget::connect(
-                    &opts.url,
-                    configure,
-                    opts.max_connections,
-                    opts.acquire_timeout,
-                )
-                .await?;
+                let target =
+                    PgTarget::connect(url, configure, opts.max_connections, opts.acquire_timeout)
+                        .await?;
                 Pool::Pg(target)
             }
-            Some(Dialect::Sqlite) => {
-                let connect = SqliteConnectOptions::from_str(&opts.url)
+            Dialect::Sqlite => {
+                let connect = SqliteConnectOptions::from_str(url)
                     .map_err(|e| StoreError::Config(format!("bad SQLite URL: {e}")))?;
-                sqlite_file::check(&opts.url, connect.get_filename(), opts.sqlite_use).await?;
+                sqlite_file::check(url, connect.get_filename(), opts.sqlite_use).await?;
                 let connect = connect
                     .create_if_missing(opts.sqlite_use == SqliteUse::Create)
                     .foreign_keys(true)
@@ -384,13 +381,6 @@ impl Store {
                     .await
                     .map_err(StoreError::from_sqlite_open)?;
                 Pool::Lite(pool)
-            }
-            None => {
-                return Err(StoreError::Config(
-                    "unsupported database URL: use postgres://… or sqlite://… (a libpq keyword \
-                     string such as `host=… dbname=…` is not read; write it as a URL)"
-                        .to_owned(),
-                ));
             }
         };
         let answer_timeout = match pool {

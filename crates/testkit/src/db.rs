@@ -9,7 +9,7 @@ use package_executor::store::{ConnectOptions, Dialect, Store};
 pub const DEMO: &[u8] = include_bytes!("../../../examples/demo-fixture.json");
 
 pub async fn connect(url: &str) -> Store {
-    Store::connect(&ConnectOptions::new(url))
+    Store::connect(&ConnectOptions::new(url.parse().unwrap()))
         .await
         .expect("connect")
 }

@@ -355,7 +355,7 @@ pub fn cluster() -> &'static PgCluster {
         let admin = cluster.url("postgres");
         let template = cluster.url(TEMPLATE);
         block_on(async move {
-            let store = Store::connect(&ConnectOptions::new(admin))
+            let store = Store::connect(&ConnectOptions::new(admin.parse().unwrap()))
                 .await
                 .expect("connect admin");
             let pool = store.pg_pool().expect("pg");
@@ -364,7 +364,7 @@ pub fn cluster() -> &'static PgCluster {
                 .await
                 .expect("create template");
             store.close().await;
-            let store = Store::connect(&ConnectOptions::new(template))
+            let store = Store::connect(&ConnectOptions::new(template.parse().unwrap()))
                 .await
                 .expect("connect template");
             store.migrate(true, None).await.expect("migrate template");
@@ -409,7 +409,7 @@ pub async fn clone_db_at(admin: &str, from: &str, to: &str) {
     let admin = admin.to_owned();
     let create = format!("CREATE DATABASE {to} TEMPLATE {from}");
     block_on(async move {
-        let store = Store::connect(&ConnectOptions::new(admin))
+        let store = Store::connect(&ConnectOptions::new(admin.parse().unwrap()))
             .await
             .expect("connect admin");
         let pool = store.pg_pool().expect("pg");
@@ -436,7 +436,7 @@ pub async fn fresh_sqlite() -> (String, tempfile::TempDir) {
 /// A migrated SQLite file at `path`; returns its URL.
 pub async fn migrated_sqlite(path: &Path) -> String {
     let url = format!("sqlite://{}", path.display());
-    let store = Store::connect(&ConnectOptions::new(url.clone()))
+    let store = Store::connect(&ConnectOptions::new(url.parse().unwrap()))
         .await
         .expect("connect sqlite");
     store.migrate(false, None).await.expect("migrate sqlite");

@@ -219,7 +219,7 @@ mod on_postgres {
             let executor =
                 package_executor::store::Store::connect(&package_executor::store::ConnectOptions {
                     lock_timeout: Duration::from_secs(600),
-                    ..package_executor::store::ConnectOptions::new(url.clone())
+                    ..package_executor::store::ConnectOptions::new(url.parse().unwrap())
                 })
                 .await
                 .unwrap();

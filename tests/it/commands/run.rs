@@ -666,7 +666,11 @@ mod on_postgres {
                 statement_timeout: Duration::from_secs(5),
                 answer_margin: Duration::from_secs(5),
                 acquire_timeout: Duration::from_secs(5),
-                ..ConnectOptions::new(format!("postgres://postgres@127.0.0.1:{port}/{db}"))
+                ..ConnectOptions::new(
+                    format!("postgres://postgres@127.0.0.1:{port}/{db}")
+                        .parse()
+                        .unwrap(),
+                )
             };
             let store = Store::connect(&opts).await.unwrap();
             let budget = MemoryBudget::new(RunSettings::default().memory_budget);

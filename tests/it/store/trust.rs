@@ -278,7 +278,7 @@ mod on_postgres {
                 .unwrap();
             let store = Store::connect(&ConnectOptions {
                 statement_timeout: Duration::from_secs(2),
-                ..ConnectOptions::new(url.clone())
+                ..ConnectOptions::new(url.parse().unwrap())
             })
             .await
             .unwrap();

@@ -318,7 +318,7 @@ async fn nothing_is_reported_published_before_the_standby_has_it() {
         let opts = ConnectOptions {
             statement_timeout: Duration::from_secs(5),
             answer_margin: Duration::from_secs(120),
-            ..ConnectOptions::new(pair.primary.url("ha"))
+            ..ConnectOptions::new(pair.primary.url("ha").parse().unwrap())
         };
         let store = package_executor::store::Store::connect(&opts)
             .await

@@ -55,7 +55,7 @@ fn server() -> &'static TlsServer {
         let admin = cluster.url("postgres");
         let template = cluster.url("tls_template");
         pg::block_on(async move {
-            let store = Store::connect(&ConnectOptions::new(admin.clone()))
+            let store = Store::connect(&ConnectOptions::new(admin.parse().unwrap()))
                 .await
                 .unwrap();
             let pool = store.pg_pool().unwrap();
@@ -70,7 +70,7 @@ fn server() -> &'static TlsServer {
                     .unwrap();
             }
             store.close().await;
-            let store = Store::connect(&ConnectOptions::new(template))
+            let store = Store::connect(&ConnectOptions::new(template.parse().unwrap()))
                 .await
                 .unwrap();
             store.migrate(true, None).await.unwrap();
