@@ -8,6 +8,7 @@ use sqlx::Row;
 
 use super::open::{cap, heads_from_arrays, misaligned, opening_from_row};
 use super::*;
+use crate::sql::FinishBatch;
 use crate::{ObservedHead, StoreError, rows, sql};
 use package_executor_core::planner::Snapshot;
 use package_executor_core::rejection::Rejection;
@@ -162,28 +163,9 @@ impl Attempt<'_> {
         let Attempt::Pg(tx) = self else {
             return Err(batch_on_sqlite());
         };
-        let columns = FinishColumns::new(entries);
-        let rows = sqlx::query(sql::FINISH_BATCH_PG)
-            .bind(&columns.project_ids)
-            .bind(&columns.vectors)
-            .bind(&columns.definition_digests)
-            .bind(&columns.snapshot_digests)
-            .bind(&columns.package_counts)
-            .bind(&columns.definition_counts)
-            .bind(&columns.documents)
-            .bind(&columns.source_keys)
-            .bind(&columns.marks)
-            .bind(&columns.reasons)
-            .bind(&columns.details)
-            .bind(&columns.observe)
-            .bind(&columns.head_entries)
-            .bind(&columns.package_names)
-            .bind(&columns.installation_ids)
-            .bind(&columns.generations)
-            .bind(&columns.generation_digests)
-            .bind(&columns.lock_digests)
-            .bind(&columns.revision_digests)
-            .bind(&columns.permissions)
+        let columns = FinishBatch::new(entries);
+        let rows = columns
+            .bind(sqlx::query(sql::FINISH_BATCH_PG))
             .fetch_all(&mut **tx)
             .await?;
         if rows.len() != entries.len() {
@@ -215,33 +197,7 @@ fn batch_on_sqlite() -> StoreError {
     )
 }
 
-/// [`sql::FINISH_BATCH_PG`]'s parameters: one column per array, entries in order, and the
-/// first observations' heads flattened with the (1-based) position of their entry.
-#[derive(Default)]
-struct FinishColumns<'s> {
-    project_ids: Vec<&'s str>,
-    vectors: Vec<Option<&'s str>>,
-    definition_digests: Vec<Option<&'s str>>,
-    snapshot_digests: Vec<Option<&'s str>>,
-    package_counts: Vec<Option<i32>>,
-    definition_counts: Vec<Option<i32>>,
-    documents: Vec<Option<&'s [u8]>>,
-    source_keys: Vec<Option<String>>,
-    marks: Vec<Option<i64>>,
-    reasons: Vec<Option<&'static str>>,
-    details: Vec<Option<&'s str>>,
-    observe: Vec<bool>,
-    head_entries: Vec<i64>,
-    package_names: Vec<&'s str>,
-    installation_ids: Vec<&'s str>,
-    generations: Vec<i64>,
-    generation_digests: Vec<&'s str>,
-    lock_digests: Vec<&'s str>,
-    revision_digests: Vec<&'s str>,
-    permissions: Vec<&'s str>,
-}
-
-impl<'s> FinishColumns<'s> {
+impl<'s> FinishBatch<'s> {
     fn new(entries: &[Finishing<'s>]) -> Self {
         let mut c = Self::default();
         for (i, entry) in entries.iter().enumerate() {

@@ -197,14 +197,41 @@ FROM w
 ORDER BY w.ord"
 );
 
+named_params! {
+    /// [`FINISH_BATCH_PG`]'s parameters, by name: one column per array, entries in order, and
+    /// the first observations' heads flattened with the (1-based) position of their entry.
+    pub(crate) struct FinishBatch<'s> {
+        project_ids: Vec<&'s str>,
+        vectors: Vec<Option<&'s str>>,
+        definition_digests: Vec<Option<&'s str>>,
+        snapshot_digests: Vec<Option<&'s str>>,
+        package_counts: Vec<Option<i32>>,
+        definition_counts: Vec<Option<i32>>,
+        documents: Vec<Option<&'s [u8]>>,
+        source_keys: Vec<Option<String>>,
+        marks: Vec<Option<i64>>,
+        reasons: Vec<Option<&'static str>>,
+        details: Vec<Option<&'s str>>,
+        observe: Vec<bool>,
+        head_entries: Vec<i64>,
+        package_names: Vec<&'s str>,
+        installation_ids: Vec<&'s str>,
+        generations: Vec<i64>,
+        generation_digests: Vec<&'s str>,
+        lock_digests: Vec<&'s str>,
+        revision_digests: Vec<&'s str>,
+        permissions: Vec<&'s str>,
+    }
+}
+
 /// Ends a batch's attempt in one PostgreSQL statement, every project's outcome written as if it
-/// had been alone, all in one statement snapshot. One entry per project (`$1`–`$12`, parallel
-/// arrays, in order): its snapshot's columns (NULL `definition_digest` when it publishes
-/// nothing), its mark's version (NULL when it had none), the rejection to record (NULL reason
-/// when none), and whether its writes wait on a second observation (`$12`). The heads of the
-/// first observations, flattened (`$13`–`$20`, `$13` the entry's 1-based position), are what
-/// each second observation must equal, column for column, the status `active` included; they
-/// are also the published snapshots' source rows.
+/// had been alone, all in one statement snapshot. Its parameters are [`FinishBatch`]'s, by
+/// name: one entry per project, in parallel arrays in order (its snapshot's columns, NULL
+/// `definition_digest` when it publishes nothing; its mark's version, NULL when it had none;
+/// the rejection to record, NULL reason when none; and whether its writes wait on a second
+/// observation, `observe`). The heads of the first observations, flattened (`head_entries`
+/// the entry's 1-based position), are what each second observation must equal, column for
+/// column, the status `active` included; they are also the published snapshots' source rows.
 ///
 /// An entry whose second observation differs writes nothing and keeps its mark: its row says
 /// `steady` false and carries the heads seen, for the caller to name the drift. An entry whose
@@ -217,22 +244,23 @@ ORDER BY w.ord"
 /// one not yet visible is tried again, both of which keep the mark as a rollback would.
 ///
 /// Two things keep the server's work per snapshot down (docs/benchmarks.md): the documents
-/// (`$7`) are not part of `p`, which every step reads, but taken by position where they are
+/// (`documents`) are not part of `p`, which every step reads, but taken by position where they are
 /// inserted, so each is copied once on its way in; and the batch's marks are cleared by one
 /// call of `ql3.clear_pending_marks` (migration 15), not one call each. The replay test's
 /// `OFFSET 0` keeps it a key lookup per project (`opened!` says why).
-pub const FINISH_BATCH_PG: &str = concat!(
+pub const FINISH_BATCH_PG: &str = named_text!(
+    concat!(
     "
 WITH p AS MATERIALIZED (
-  SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::int[],
-                       $8::text[], $9::bigint[], $10::text[], $11::text[], $12::bool[])
+  SELECT * FROM unnest($project_ids::text[], $vectors::text[], $definition_digests::text[], $snapshot_digests::text[], $package_counts::int[], $definition_counts::int[],
+                       $source_keys::text[], $marks::bigint[], $reasons::text[], $details::text[], $observe::bool[])
     WITH ORDINALITY AS p(project_id, active_vector_digest, definition_digest, snapshot_digest,
                          package_count, definition_count, source_key, mark, reason, detail,
                          observe, ord)
 ), e AS MATERIALIZED (
   SELECT e.*, 'active' AS status
-  FROM unnest($13::bigint[], $14::text[], $15::text[], $16::bigint[], $17::text[],
-              $18::text[], $19::text[], $20::text[])
+  FROM unnest($head_entries::bigint[], $package_names::text[], $installation_ids::text[], $generations::bigint[], $generation_digests::text[],
+              $lock_digests::text[], $revision_digests::text[], $permissions::text[])
     AS e(ord, package_name, installation_id, generation, generation_digest, lock_digest,
          revision_digest, approved_permissions)
 ), o AS MATERIALIZED (
@@ -262,7 +290,7 @@ WITH p AS MATERIALIZED (
     (project_id, active_vector_digest, definition_digest, snapshot_digest, package_count,
      definition_count, canonical_json, source_key)
   SELECT p.project_id, p.active_vector_digest, p.definition_digest, p.snapshot_digest,
-         p.package_count, p.definition_count, ($7::bytea[])[p.ord::int], p.source_key
+         p.package_count, p.definition_count, ($documents::bytea[])[p.ord::int], p.source_key
   FROM p JOIN v ON v.ord = p.ord
   WHERE v.steady AND p.definition_digest IS NOT NULL
   ORDER BY p.ord
@@ -306,4 +334,6 @@ LEFT JOIN LATERAL (",
   FROM o WHERE o.ord = p.ord AND NOT v.steady
 ) AS h ON true
 ORDER BY p.ord"
+),
+    FinishBatch::PLACEHOLDERS
 );

@@ -11,6 +11,8 @@ use crate::statement;
 mod heads;
 #[macro_use]
 mod proof;
+#[macro_use]
+pub(crate) mod named;
 mod attempt;
 mod control;
 mod pending;
