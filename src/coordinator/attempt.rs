@@ -385,16 +385,16 @@ async fn cpu<T: Send + 'static>(
     }
 }
 
-/// Revisions are read together, in one statement, up to this many stored bytes; a larger
-/// revision is read alone. Typical revisions are a few KiB, so most projects need one read.
-const BATCH_BYTES: u64 = 1 << 20;
+/// Revisions are read together, in one statement (a load), up to this many stored bytes; a
+/// larger revision is read alone. Typical revisions are a few KiB, so most projects need one read.
+const LOAD_BYTES: u64 = 1 << 20;
 
 /// A project whose revisions together hold at most this many bytes gets them with its first
 /// observation (no read of its own). The attempt holds twice this against the
 /// memory budget meanwhile: the row as it arrived and the contents taken out of it.
 pub(super) const INLINE_BYTES: u64 = 256 << 10;
 
-/// A revision larger than [`BATCH_BYTES`] is read in slices and parsed as they arrive
+/// A revision larger than [`LOAD_BYTES`] is read in slices and parsed as they arrive
 /// ([`RevisionStream`]), so it is never whole in memory. On PostgreSQL a slice reads only its
 /// own stored chunks and costs the driver about its own size.
 const SLICE_BYTES_PG: u64 = 1 << 20;
@@ -417,23 +417,24 @@ pub(super) fn parse_held(need: u64) -> u64 {
     revision::HELD_BYTES.min(40 * need + (64 << 10))
 }
 
-/// Heads to read in one go: (head index, approved permissions, revision digest), in order.
-struct Batch {
+/// A load: heads whose revisions are read in one go (head index, approved permissions, revision
+/// digest), in order. (A batch is a set of projects; a load, of one project's revisions.)
+struct Load {
     heads: Vec<(usize, Vec<String>, String)>,
     /// Their stored bytes, together.
     bytes: u64,
-    /// The check that ended the batch, reported once the heads before it are read.
+    /// The check that ended the load, reported once the heads before it are read.
     failed: Option<Rejection>,
 }
 
 /// The heads from `next` on that pass their row and length checks, in vector order, up to
-/// [`BATCH_BYTES`] (a larger revision alone); advances `next` past them.
-fn next_batch(
+/// [`LOAD_BYTES`] (a larger revision alone); advances `next` past them.
+fn next_load(
     builder: &SnapshotBuilder,
     lengths: &HashMap<String, StoredLength>,
     next: &mut usize,
-) -> Batch {
-    let mut batch = Batch {
+) -> Load {
+    let mut load = Load {
         heads: Vec::new(),
         bytes: 0,
         failed: None,
@@ -442,29 +443,29 @@ fn next_batch(
         let approved = match builder.check_row(*next) {
             Ok(p) => p,
             Err(r) => {
-                batch.failed = Some(r);
+                load.failed = Some(r);
                 break;
             }
         };
         let digest = builder.heads()[*next].revision_digest.clone();
         let stored = lengths.get(&digest).copied();
         if let Err(r) = builder.check_stored(*next, stored) {
-            batch.failed = Some(r);
+            load.failed = Some(r);
             break;
         }
         let size = stored.map_or(0, |s| s.actual_length.max(0) as u64);
-        if !batch.heads.is_empty() && batch.bytes + size > BATCH_BYTES {
+        if !load.heads.is_empty() && load.bytes + size > LOAD_BYTES {
             break;
         }
-        batch.heads.push((*next, approved, digest));
-        batch.bytes += size;
+        load.heads.push((*next, approved, digest));
+        load.bytes += size;
         *next += 1;
     }
-    batch
+    load
 }
 
-/// Reads the revisions in vector order, in batches sized from their stored lengths, and feeds
-/// the builder; a batch's bytes are dropped (and their budget returned) before the next batch
+/// Reads the revisions in vector order, in loads sized from their stored lengths, and feeds
+/// the builder; a load's bytes are dropped (and their budget returned) before the next load
 /// is fetched. `lengths` are the stored lengths read with the first observation (never the
 /// bytes). The checks run head by head in vector order exactly as if each revision were read
 /// alone, so the first failure is the same. Ends with the planned snapshot or the rejection.
@@ -483,35 +484,35 @@ async fn build(
     let heads = builder.heads().len();
     let (mut next, mut total) = (0, 0);
     while next < heads {
-        let Batch {
-            heads: batch,
+        let Load {
+            heads: load,
             bytes: need,
             failed,
-        } = next_batch(&builder, lengths, &mut next);
+        } = next_load(&builder, lengths, &mut next);
         let known = |(i, approved, digest): &(usize, Vec<String>, String)| {
             reads
                 .readings
                 .has(digest, &builder.heads()[*i].package_name, approved)
         };
-        let in_hand = batch.iter().all(|h| known(h) || inline.contains_key(&h.2));
+        let in_hand = load.iter().all(|h| known(h) || inline.contains_key(&h.2));
         let added;
-        (builder, added) = match batch.as_slice() {
+        (builder, added) = match load.as_slice() {
             [] => (builder, Ok(())),
             _ if in_hand => {
-                let revisions = batch
+                let revisions = load
                     .iter()
                     .filter_map(|(_, _, d)| inline.remove_entry(d))
                     .collect();
-                feed(builder, batch, revisions, reads.readings).await?
+                feed(builder, load, revisions, reads.readings).await?
             }
-            [(i, approved, digest)] if need > BATCH_BYTES => {
+            [(i, approved, digest)] if need > LOAD_BYTES => {
                 let head = (*i, approved.as_slice(), digest.as_str());
                 match read_in_slices(a, budget, builder, head, need, &mut reads, limit).await? {
                     Some(read) => read,
                     None => return Ok(None),
                 }
             }
-            _ => match read_together(a, budget, builder, batch, need, &mut reads, limit).await? {
+            _ => match read_together(a, budget, builder, load, need, &mut reads, limit).await? {
                 Some(read) => read,
                 None => return Ok(None),
             },
@@ -584,12 +585,12 @@ async fn read_in_slices(
     .map(Some)
 }
 
-/// Several revisions (together at most [`BATCH_BYTES`], or one that fits) in one statement.
+/// Several revisions (together at most [`LOAD_BYTES`], or one that fits) in one statement.
 async fn read_together(
     a: &mut Attempt<'_>,
     budget: &MemoryBudget,
     builder: SnapshotBuilder,
-    batch: Vec<(usize, Vec<String>, String)>,
+    load: Vec<(usize, Vec<String>, String)>,
     need: u64,
     reads: &mut Reads<'_>,
     limit: Option<Duration>,
@@ -598,7 +599,7 @@ async fn read_together(
         return Ok(None);
     };
     // A revision the batch has already read for an earlier project is not fetched again.
-    let unread: Vec<&(usize, Vec<String>, String)> = batch
+    let unread: Vec<&(usize, Vec<String>, String)> = load
         .iter()
         .filter(|(i, approved, d)| {
             !reads
@@ -613,12 +614,12 @@ async fn read_together(
             "revision {d} vanished while read"
         )));
     }
-    feed(builder, batch, revisions, reads.readings)
+    feed(builder, load, revisions, reads.readings)
         .await
         .map(Some)
 }
 
-/// Revision bytes as a batch holds them: borrowed from the rows they came in, or owned.
+/// Revision bytes as a load holds them: borrowed from the rows they came in, or owned.
 trait Held: Send + 'static {
     fn held(&self) -> Result<&[u8], StoreError>;
 }
@@ -635,11 +636,11 @@ impl Held for Vec<u8> {
     }
 }
 
-/// Feeds a batch's revisions to the builder in vector order, off the async thread when they
+/// Feeds a load's revisions to the builder in vector order, off the async thread when they
 /// are large; stops at the first rejection. The revisions are dropped before returning.
 async fn feed<R: Held>(
     builder: SnapshotBuilder,
-    batch: Vec<(usize, Vec<String>, String)>,
+    load: Vec<(usize, Vec<String>, String)>,
     revisions: HashMap<String, R>,
     readings: &mut Readings,
 ) -> Result<(SnapshotBuilder, Result<(), Rejection>), StoreError> {
@@ -651,7 +652,7 @@ async fn feed<R: Held>(
     let (builder, added, kept) = cpu(bytes >= OFFLOAD_BYTES, move || {
         let mut builder = builder;
         let mut added = Ok(Ok(()));
-        for (i, approved, digest) in &batch {
+        for (i, approved, digest) in &load {
             let package = builder.heads()[*i].package_name.clone();
             added = match kept.take(digest, &package, approved) {
                 Some(streamed) => Ok(builder.add_streamed(*i, streamed)),
@@ -668,7 +669,7 @@ async fn feed<R: Held>(
                     // missing, its package would silently drop out of the snapshot, so fail
                     // the attempt.
                     None => Err(StoreError::Other(format!(
-                        "revision {digest} is missing from the batch read for it; this is a \
+                        "revision {digest} is missing from the load read for it; this is a \
                          bug, please report it"
                     ))),
                 },
@@ -701,17 +702,17 @@ mod tests {
         }
     }
 
-    /// A head whose revision is not in its batch fails the attempt instead of leaving its
+    /// A head whose revision is not in its load fails the attempt instead of leaving its
     /// package out of the snapshot.
     #[tokio::test]
-    async fn a_revision_missing_from_its_batch_fails_the_attempt() {
+    async fn a_revision_missing_from_its_load_fails_the_attempt() {
         let content = br#"{"schema":"qinglong/materialized-revision@v1","package":{"name":"x","version":"1.0.0"},"tools":[]}"#.to_vec();
         let a = crate::model::Digest::of(&content).as_str().to_owned();
         let b = format!("sha256:{}", "b".repeat(64));
         let builder = SnapshotBuilder::new("p", vec![head("x", &a), head("y", &b)]);
-        let batch = vec![(0, vec![], a.clone()), (1, vec![], b.clone())];
+        let load = vec![(0, vec![], a.clone()), (1, vec![], b.clone())];
         let revisions = HashMap::from([(a.clone(), content)]);
-        let err = feed(builder, batch, revisions, &mut Readings::none())
+        let err = feed(builder, load, revisions, &mut Readings::none())
             .await
             .err()
             .map(|e| e.to_string());

@@ -1,9 +1,9 @@
-//! `sources import`: a fixture streamed into the source tables, in batches, in one transaction.
+//! `sources import`: a fixture streamed into the source tables, in chunks, in one transaction.
 //!
 //! A blocking task reads the file one project at a time ([`read_fixture`]), turns each project
-//! into rows (digests computed, the one-active-generation rule checked) and hands batches of a
-//! few thousand rows or a few MiB over a bounded channel; the writer appends each batch with
-//! multi-row statements while the next is read. Memory follows the batch, never the file.
+//! into rows (digests computed, the one-active-generation rule checked) and hands chunks of a
+//! few thousand rows or a few MiB over a bounded channel; the writer appends each chunk with
+//! multi-row statements while the next is read. Memory follows the chunk, never the file.
 //!
 //! Everything is written in one transaction, so an import is all or nothing: a bad project at
 //! the end of the file, or a conflict with what is stored, leaves nothing written. Existing rows
@@ -11,8 +11,8 @@
 //! changes nothing. [`check_reader`] runs the same transaction and rolls it back (`--dry-run`).
 //!
 //! A multi-row statement that the database refuses (a format `CHECK`, a second installation of
-//! a package) does not say which row was at fault. On a refusal the batch is therefore written
-//! again one row at a time (on PostgreSQL after rolling back to the batch's savepoint), so the
+//! a package) does not say which row was at fault. On a refusal the chunk is therefore written
+//! again one row at a time (on PostgreSQL after rolling back to the chunk's savepoint), so the
 //! error names the project, package and generation, as a person fixing the fixture needs.
 
 use std::io::{BufReader, Read};
@@ -35,12 +35,12 @@ pub struct ImportReport {
     pub inserted: usize,
 }
 
-/// A batch is handed to the writer once it holds this many rows...
-const BATCH_ROWS: usize = 2_000;
+/// A chunk is handed to the writer once it holds this many rows...
+const CHUNK_ROWS: usize = 2_000;
 /// ...or this many revision bytes.
-const BATCH_BYTES: usize = 8 << 20;
-/// Batches read ahead of the writer.
-const BATCHES_AHEAD: usize = 2;
+const CHUNK_BYTES: usize = 8 << 20;
+/// Chunks read ahead of the writer.
+const CHUNKS_AHEAD: usize = 2;
 
 /// Imports a fixture file.
 pub async fn import_file(
@@ -100,26 +100,26 @@ async fn import_or_check<R: Read + Send + 'static>(
     reader: R,
     finish: Finish,
 ) -> Result<ImportReport, StoreError> {
-    let (batches, mut received) = tokio::sync::mpsc::channel::<Vec<ProjectRows>>(BATCHES_AHEAD);
+    let (chunks, mut received) = tokio::sync::mpsc::channel::<Vec<ProjectRows>>(CHUNKS_AHEAD);
     let reading = tokio::task::spawn_blocking(move || {
-        let mut batch = Vec::new();
+        let mut chunk = Vec::new();
         let (mut rows, mut bytes) = (0, 0);
         let stopped = || StoreError::Other("the import's writer stopped".into());
         let projects = read_fixture(BufReader::with_capacity(1 << 16, reader), |project| {
             let p = rows_of(project)?;
             rows += p.rows();
             bytes += p.revision_bytes();
-            batch.push(p);
-            if rows >= BATCH_ROWS || bytes >= BATCH_BYTES {
+            chunk.push(p);
+            if rows >= CHUNK_ROWS || bytes >= CHUNK_BYTES {
                 (rows, bytes) = (0, 0);
-                batches
-                    .blocking_send(std::mem::take(&mut batch))
+                chunks
+                    .blocking_send(std::mem::take(&mut chunk))
                     .map_err(|_| stopped())?;
             }
             Ok::<_, StoreError>(())
         })?;
-        if !batch.is_empty() {
-            batches.blocking_send(batch).map_err(|_| stopped())?;
+        if !chunk.is_empty() {
+            chunks.blocking_send(chunk).map_err(|_| stopped())?;
         }
         Ok::<_, StoreError>(projects)
     });
@@ -130,13 +130,13 @@ async fn import_or_check<R: Read + Send + 'static>(
             let written = async {
                 answered(limit, a.begin_import()).await?;
                 let mut inserted = 0;
-                while let Some(batch) = received.recv().await {
-                    inserted += a.write_import_batch(&batch).await?;
+                while let Some(chunk) = received.recv().await {
+                    inserted += a.write_import_chunk(&chunk).await?;
                 }
                 Ok::<_, StoreError>(inserted)
             }
             .await;
-            // A failed writer closes the channel, so the reader stops at its next batch.
+            // A failed writer closes the channel, so the reader stops at its next chunk.
             drop(received);
             let read = reading
                 .await

@@ -1,7 +1,7 @@
-//! The importer's writes (`sources import`): a batch of a fixture's rows compared with what is
+//! The importer's writes (`sources import`): a chunk of a fixture's rows compared with what is
 //! stored and the rest inserted with multi-row statements, on either dialect. The rows come
 //! from the pure mapping (`package_executor_core::import_rows`); the pipeline that reads the file
-//! and hands batches over is the binary's (`sources::import`).
+//! and hands chunks over is the binary's (`sources::import`).
 
 use package_executor_core::quote::shown;
 use std::collections::HashMap;
@@ -49,11 +49,11 @@ impl Attempt<'_> {
         }
     }
 
-    /// Writes one batch of an import; returns the rows inserted. A batch the database refuses
+    /// Writes one chunk of an import; returns the rows inserted. A chunk the database refuses
     /// is written again a row at a time, so the error names the row (under a savepoint on
     /// PostgreSQL).
-    pub async fn write_import_batch(&mut self, batch: &[ProjectRows]) -> Result<usize, StoreError> {
-        write_batch(self, batch).await
+    pub async fn write_import_chunk(&mut self, chunk: &[ProjectRows]) -> Result<usize, StoreError> {
+        write_chunk(self, chunk).await
     }
 }
 
@@ -70,46 +70,46 @@ impl Store {
     }
 }
 
-/// Writes one batch; on a refusal, writes it again a row at a time to name the row. Returns
+/// Writes one chunk; on a refusal, writes it again a row at a time to name the row. Returns
 /// the rows inserted. A duplicate key counts as a refusal here: every stored row was compared
 /// first, so the key is one the fixture breaks (a package installed twice under two ids), or
 /// a concurrent import's row, which the row-by-row pass then finds and compares. Any other
 /// error (a full disk, a lost connection) is passed on as it is, never blamed on a row.
 ///
-/// On PostgreSQL the batch runs under a savepoint, because a refused statement aborts the whole
+/// On PostgreSQL the chunk runs under a savepoint, because a refused statement aborts the whole
 /// transaction. SQLite undoes only the refused statement and the transaction goes on, and
-/// writing the batch's rows again is harmless (rows already stored are compared, not inserted
-/// twice), so there it needs none: a savepoint makes SQLite journal every page the batch
+/// writing the chunk's rows again is harmless (rows already stored are compared, not inserted
+/// twice), so there it needs none: a savepoint makes SQLite journal every page the chunk
 /// touches, about a tenth of an import's time.
-async fn write_batch(a: &mut Attempt<'_>, batch: &[ProjectRows]) -> Result<usize, StoreError> {
+async fn write_chunk(a: &mut Attempt<'_>, chunk: &[ProjectRows]) -> Result<usize, StoreError> {
     let savepoint = a.dialect() == Dialect::Postgres;
     if savepoint {
-        a.execute_text("SAVEPOINT import_batch").await?;
+        a.execute_text("SAVEPOINT import_chunk").await?;
     }
-    match write_rows(a, batch, ROWS_PER_STATEMENT).await {
+    match write_rows(a, chunk, ROWS_PER_STATEMENT).await {
         Ok(n) => {
             if savepoint {
-                a.execute_text("RELEASE SAVEPOINT import_batch").await?;
+                a.execute_text("RELEASE SAVEPOINT import_chunk").await?;
             }
             Ok(n)
         }
         Err(StoreError::Refused(refused) | StoreError::Duplicate(refused)) => {
             if savepoint {
-                a.execute_text("ROLLBACK TO SAVEPOINT import_batch").await?;
+                a.execute_text("ROLLBACK TO SAVEPOINT import_chunk").await?;
             }
             let mut inserted = 0;
-            for p in batch {
+            for p in chunk {
                 inserted += write_rows(a, std::slice::from_ref(p), 1).await?;
             }
             if savepoint {
-                // The batch was undone and written again whole, a row at a time: a concurrent
+                // The chunk was undone and written again whole, a row at a time: a concurrent
                 // import's rows, committed meanwhile, were found and compared.
                 return Ok(inserted);
             }
             // Not expected on SQLite (one writer at a time): the rows went in one at a time
-            // but not together, and the rows the batch wrote before its refusal are uncounted.
+            // but not together, and the rows the chunk wrote before its refusal are uncounted.
             Err(StoreError::Other(format!(
-                "the database refused a batch of the fixture: {refused}; this is a bug, please report it"
+                "the database refused a chunk of the fixture: {refused}; this is a bug, please report it"
             )))
         }
         Err(e) => Err(e),
@@ -286,7 +286,7 @@ async fn write_installations(
             return Ok(0);
         }
         if let [only] = missing.as_slice() {
-            // One row, as when a refused batch is written again row by row: a stored
+            // One row, as when a refused chunk is written again row by row: a stored
             // installation of the same package under another id is named before the insert,
             // because on PostgreSQL nothing more can be read once an insert is refused.
             let other: Option<String> = sqlx::query_scalar(

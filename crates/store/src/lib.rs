@@ -307,7 +307,7 @@ impl Session {
 const SLOW_STATEMENT: Duration = Duration::from_secs(1);
 /// ...at DEBUG, not sqlx's default WARN. The executor's statements carry their own bounds
 /// (`statement_timeout`, the answer timeout) and say what failed; a slow but successful one is
-/// expected now and then (a `--full-scan` page over many projects, an import batch of large
+/// expected now and then (a `--full-scan` page over many projects, an import chunk of large
 /// revisions, whose text is thousands of placeholders long) and only cluttered an operator's
 /// terminal. `PACKAGE_EXECUTOR_LOG=info,sqlx::query=debug` shows them.
 const SLOW_STATEMENT_LEVEL: log::LevelFilter = log::LevelFilter::Debug;
