@@ -35,8 +35,10 @@ pub struct RunSettings {
     /// use one more: `concurrency + 1` in all, of which the store's own pool needs
     /// [`pool_size`] (the other lanes open theirs).
     pub concurrency: usize,
-    /// Projects a worker builds in one transaction (contract section 9): each in a savepoint of
-    /// its own, so each keeps its own outcome; 1 is one project a transaction.
+    /// Projects a worker builds in one transaction (contract section 9), each keeping its own
+    /// outcome (on PostgreSQL each project's writes gated on its own second observation in the
+    /// batch's last statement; on SQLite each project in a savepoint of its own); 1 is one
+    /// project a transaction.
     pub batch_size: usize,
     /// Attempts per project per pass.
     pub max_attempts: u32,
