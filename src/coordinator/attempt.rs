@@ -30,16 +30,12 @@ pub enum Step {
     Halt(String),
 }
 
-/// Runs one attempt on a worker's session, in one transaction (see [`Session::transaction`]);
-/// database errors become a retryable step. Every wait for the database is bounded by
+/// Runs one attempt of a project alone on a worker's session, in one transaction (see
+/// [`Session::transaction`]): a batch of one, whose reads wait for the budget. Database errors
+/// become a retryable step. Every wait for the database is bounded by
 /// [`Session::answer_timeout`].
 pub async fn attempt(session: &mut Session, budget: &MemoryBudget, project_id: &str) -> Step {
-    let limit = session.answer_timeout();
-    tracing::debug!(project_id, "attempt started");
-    session
-        .transaction(async |a| {
-            attempt_in(a, budget, project_id, &mut Readings::none(), limit).await
-        })
+    super::batch::attempt_alone(session, budget, project_id)
         .await
         .unwrap_or_else(|e| {
             if e.is_fatal() {
@@ -102,95 +98,6 @@ fn not_active(observed: &[ObservedHead]) -> Option<String> {
 /// `cap` is the most one project's revisions may hold to come along.
 pub(super) fn inline_reservation(projects: usize, cap: u64) -> u64 {
     2 * cap * projects as u64 + parse_held(cap)
-}
-
-/// The attempt's body; the bool says whether to commit.
-pub(super) async fn attempt_in(
-    a: &mut Attempt<'_>,
-    budget: &MemoryBudget,
-    project_id: &str,
-    readings: &mut Readings,
-    limit: Option<Duration>,
-) -> Result<(Step, bool), StoreError> {
-    // Memory for revisions that come with the observation, if it is free right now; an
-    // attempt never waits for it (it then reads them as usual).
-    let mut inline_memory = budget.try_reserve(inline_reservation(1, INLINE_BYTES));
-    let cap = inline_memory.as_ref().map(|_| INLINE_BYTES);
-    let opening = answered(limit, a.open_with(project_id, cap)).await?;
-    if opening.inline.is_empty() {
-        inline_memory = None;
-    }
-    let prepared = prepare(
-        a,
-        budget,
-        project_id,
-        opening,
-        Reads {
-            room: Room::Wait,
-            readings,
-        },
-        limit,
-    )
-    .await?;
-    drop(inline_memory);
-    match prepared {
-        Prepared::Retry(step) => Ok((step, false)),
-        Prepared::Read(step, mark) => {
-            let commit = clear(a, project_id, mark, limit).await?;
-            Ok((step, commit))
-        }
-        // Only a batch's reads give way.
-        Prepared::NoRoom => Err(StoreError::Other(
-            "a lone attempt found no room for its revisions; this is a bug, please report it"
-                .into(),
-        )),
-        Prepared::Rejected {
-            rejection,
-            vector,
-            first,
-            mark,
-        } => {
-            let second = answered(limit, a.observe(project_id)).await?;
-            if let Some((reason, detail)) = drift(&first, &second) {
-                return Ok((Step::Retry(reason, detail), false));
-            }
-            // A verdict on the vector's content stands for the vector; one on a revision row
-            // (not stored yet, or not the pinned bytes) is reported, and the mark it observed is
-            // cleared all the same: storing the row marks the project again.
-            let recorded = rejection.recorded;
-            if recorded {
-                answered(
-                    limit,
-                    a.record_rejection(project_id, vector.as_str(), &rejection),
-                )
-                .await?;
-            }
-            let cleared = clear(a, project_id, mark, limit).await?;
-            Ok((rejected(rejection), recorded || cleared))
-        }
-        Prepared::Planned {
-            snapshot,
-            first,
-            mark,
-        } => {
-            // The second observation comes with the insert; on drift the caller rolls both back.
-            let appending = answered(limit, a.append(&snapshot, mark)).await?;
-            if appending.vanished {
-                return Ok((Step::Done(Outcome::Vanished), false));
-            }
-            if let Some((reason, detail)) = drift(&first, &appending.second) {
-                return Ok((Step::Retry(reason, detail), false));
-            }
-            if appending.inserted {
-                return Ok((published(&snapshot), true));
-            }
-            let replay = answered(limit, a.replay_outcome(&snapshot)).await?;
-            // Committed for the mark the append cleared on an exact replay; nothing else was
-            // written.
-            let commit = matches!(replay, Replay::Exact) && mark.is_some();
-            Ok((replayed(&snapshot, replay), commit))
-        }
-    }
 }
 
 /// The outcome of a rejection, as reported.
@@ -350,21 +257,6 @@ pub(super) async fn prepare(
             },
         },
     )
-}
-
-/// Clears the project's mark, if it had one when the attempt opened; whether there was one
-/// (and so something to commit).
-async fn clear(
-    a: &mut Attempt<'_>,
-    project_id: &str,
-    mark: Option<i64>,
-    limit: Option<Duration>,
-) -> Result<bool, StoreError> {
-    let Some(version) = mark else {
-        return Ok(false);
-    };
-    answered(limit, a.clear_mark(project_id, version)).await?;
-    Ok(true)
 }
 
 /// Revisions at least this large are parsed off the async thread, so that one big revision

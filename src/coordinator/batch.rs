@@ -1,20 +1,20 @@
 //! One attempt over a batch of projects (contract section 9): one transaction, every project
-//! keeping the outcome it would have had alone.
+//! keeping the outcome it would have had alone. A project alone is a batch of one: its first
+//! attempt, its retries and the fallback of a batch that failed as a whole all come here.
 //!
-//! - PostgreSQL ([`attempt_set`]): the batch is opened in one statement (the claims, the first
-//!   observations, the revisions small enough to come along, the recorded rejections), each
-//!   project is built in turn, and one statement finishes them all: each project's second
-//!   observation gates its own writes (its snapshot, its rejection, its mark), so a project
-//!   that drifted writes nothing while the rest commit. Four statements a batch, not four a
-//!   project: what a snapshot costs the server is the fleet's ceiling.
-//! - SQLite ([`attempt_savepoints`]): in-process, so a statement costs no round trip; each
-//!   project runs the lone attempt's steps after a savepoint of its own, undone when its
-//!   outcome writes nothing, and the batch commits once.
+//! Open all (the store's `open_batch`: the claims, the first observations, the revisions small
+//! enough to come along, the recorded rejections), build each ([`prepare`]), finish all (the
+//! store's `finish_batch`: each project's second observation gates its own writes, its snapshot,
+//! its rejection, its mark, so a project that drifted writes nothing while the rest commit),
+//! commit. How each dialect does the opening and the finish is the store's: on PostgreSQL one
+//! statement each, whatever the batch's size (what a snapshot costs the server is the fleet's
+//! ceiling); on SQLite, in process, the plain statements in turn.
 //!
 //! A batch holds the memory of what it has built (the revisions that came with the opening,
 //! the planned snapshots) until it ends, so its reads never wait for the budget: a project
 //! whose revisions or snapshot do not fit what is free now closes the batch before it, and
-//! starts the next one (alone, if it was the first: see [`Crew::process_batch`]).
+//! starts the next one (alone, if it was the first: see [`Crew::process_batch`]). A project
+//! alone holds nothing else, so its reads wait for the budget ([`Room::Wait`]).
 //!
 //! [`Crew::process_batch`]: super::crew::Crew::process_batch
 
@@ -22,12 +22,12 @@ use std::time::Duration;
 
 use crate::report::{Outcome, Unresolved};
 use crate::store::{
-    Attempt, Dialect, Finished, Finishing, ObservedHead, Session, StoreError, Write, answered,
+    Attempt, Finished, Finishing, ObservedHead, Session, StoreError, Write, answered,
 };
 
 use super::attempt::{
-    INLINE_BYTES, Prepared, Readings, Reads, Room, Step, attempt_in, drift, inline_reservation,
-    prepare, published, rejected, replayed,
+    INLINE_BYTES, Prepared, Readings, Reads, Room, Step, drift, inline_reservation, prepare,
+    published, rejected, replayed,
 };
 use super::budget::{MemoryBudget, Reservation};
 
@@ -47,11 +47,29 @@ pub(super) async fn attempt_batch(
     let limit = session.answer_timeout();
     tracing::debug!(projects = projects.len(), "batch attempt started");
     session
-        .transaction(async |a| match a.dialect() {
-            Dialect::Postgres => attempt_set(a, budget, projects, share, limit).await,
-            Dialect::Sqlite => attempt_savepoints(a, budget, projects, limit).await,
-        })
+        .transaction(async |a| attempt_set(a, budget, projects, share, Room::Now, limit).await)
         .await
+}
+
+/// One attempt of a project alone (a batch of one whose reads wait for the budget), on a
+/// worker's session, in one transaction.
+pub(super) async fn attempt_alone(
+    session: &mut Session,
+    budget: &MemoryBudget,
+    project_id: &str,
+) -> Result<Step, StoreError> {
+    let limit = session.answer_timeout();
+    tracing::debug!(project_id, "attempt started");
+    let projects = [project_id.to_owned()];
+    // Its first snapshot is held whatever the budget, as any batch's first is.
+    let batched = session
+        .transaction(async |a| attempt_set(a, budget, &projects, u64::MAX, Room::Wait, limit).await)
+        .await?;
+    batched.steps.into_iter().next().ok_or_else(|| {
+        StoreError::Other(
+            "a project alone was not decided; this is a bug, please report it".into(),
+        )
+    })
 }
 
 /// What a batch decided.
@@ -61,38 +79,6 @@ pub(super) struct Batched {
     /// Heads that took a revision the batch had already read for an earlier project (see
     /// `readings.rs`).
     pub(super) reused_revisions: u64,
-}
-
-/// SQLite's batch: the lone attempt's steps for each project after a savepoint of its own,
-/// kept when its outcome writes (a publish, a replay, a recorded rejection, a cleared mark)
-/// and undone otherwise (a drift), then one commit.
-async fn attempt_savepoints(
-    a: &mut Attempt<'_>,
-    budget: &MemoryBudget,
-    projects: &[String],
-    limit: Option<Duration>,
-) -> Result<(Batched, bool), StoreError> {
-    let mut steps = Vec::with_capacity(projects.len());
-    let mut any_kept = false;
-    for project_id in projects {
-        answered(limit, a.begin_project()).await?;
-        // No reading is kept across projects here: a project's reads wait for the budget
-        // (`Room::Wait`), and readings held by the batch could leave it waiting on itself. A
-        // read here is in-process, no round trip.
-        let (step, keep) = attempt_in(a, budget, project_id, &mut Readings::none(), limit).await?;
-        if keep {
-            answered(limit, a.keep_project()).await?;
-            any_kept = true;
-        } else {
-            answered(limit, a.undo_project()).await?;
-        }
-        steps.push(step);
-    }
-    let batched = Batched {
-        steps,
-        reused_revisions: 0,
-    };
-    Ok((batched, any_kept))
 }
 
 /// The smallest per-project cap for revisions that come with a batch's opening.
@@ -105,18 +91,20 @@ const INLINE_FLOOR: u64 = 16 << 10;
 /// read).
 pub(crate) const OBSERVED_COPIES: u64 = 4;
 
-/// A project of a PostgreSQL batch, prepared, with the memory its planned snapshot holds.
+/// A project of a batch, prepared, with the memory its planned snapshot holds.
 struct Entry {
     prepared: Prepared,
     _snapshot_memory: Option<Reservation>,
 }
 
-/// PostgreSQL's batch: open all, build each, finish all (see the module's documentation).
+/// Open all, build each, finish all (see the module's documentation); `room` says whether the
+/// reads may wait for the budget, which only a project alone may ([`Room::Wait`]).
 async fn attempt_set(
     a: &mut Attempt<'_>,
     budget: &MemoryBudget,
     projects: &[String],
     share: u64,
+    room: Room,
     limit: Option<Duration>,
 ) -> Result<(Batched, bool), StoreError> {
     // Revisions come with the opening only if the memory for all of them is free now. A
@@ -124,30 +112,45 @@ async fn attempt_set(
     // share (most projects' revisions are a few KiB: a large batch of them still comes
     // along); a project over the cap reads its revisions as a lone attempt does.
     let cap = (share / 4 / projects.len().max(1) as u64).clamp(INLINE_FLOOR, INLINE_BYTES);
-    let inline_memory = budget.try_reserve(inline_reservation(projects.len(), cap));
+    let mut inline_memory = budget.try_reserve(inline_reservation(projects.len(), cap));
     let cap = inline_memory.as_ref().map(|_| cap);
     // The observations: their text together within an eighth of the share, held OBSERVED_COPIES
     // times, reserved before they are read; when that is not free now, only the first
-    // project's (which the memory bound counts per worker) and the batch closes after it.
-    let observed_cap = share / 8;
-    let mut observed_memory = budget.try_reserve(OBSERVED_COPIES * observed_cap);
+    // project's (which the memory bound counts per worker) and the batch closes after it. A
+    // project alone is that first project, and reserves nothing for it.
+    let alone = room == Room::Wait;
+    let observed_cap = if alone { 0 } else { share / 8 };
+    let mut observed_memory = (!alone)
+        .then(|| budget.try_reserve(OBSERVED_COPIES * observed_cap))
+        .flatten();
     let observed_cap = observed_memory.as_ref().map_or(0, |_| observed_cap);
     let openings = answered(limit, a.open_batch(projects, cap, observed_cap)).await?;
     if let Some(reserved) = observed_memory.as_mut() {
         let observed: u64 = openings.iter().map(|o| o.observed_bytes).sum();
         reserved.shrink_to(OBSERVED_COPIES * observed);
     }
-    let mut readings = Readings::shared(
-        budget,
-        openings.iter().flat_map(|o| {
-            o.heads.iter().map(|h| {
-                (
-                    h.head.revision_digest.as_str(),
-                    h.head.package_name.as_str(),
-                )
-            })
-        }),
-    );
+    // Nothing came along: nothing to hold while the revisions are read (a project alone then
+    // waits for the budget holding nothing else).
+    if openings.iter().all(|o| o.inline.is_empty()) {
+        inline_memory = None;
+    }
+    // Readings are kept across a batch's projects; a project alone keeps none (its reads wait
+    // for the budget, and readings it held could leave it waiting on itself).
+    let mut readings = if alone {
+        Readings::none()
+    } else {
+        Readings::shared(
+            budget,
+            openings.iter().flat_map(|o| {
+                o.heads.iter().map(|h| {
+                    (
+                        h.head.revision_digest.as_str(),
+                        h.head.package_name.as_str(),
+                    )
+                })
+            }),
+        )
+    };
     let mut entries: Vec<Entry> = Vec::with_capacity(projects.len());
     let _observed_memory = observed_memory;
     let mut held = 0;
@@ -158,7 +161,7 @@ async fn attempt_set(
             project_id,
             opening,
             Reads {
-                room: Room::Now,
+                room,
                 readings: &mut readings,
             },
             limit,

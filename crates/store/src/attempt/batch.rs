@@ -1,8 +1,13 @@
-//! One project of a batch inside the batch's transaction (contract section 9): each project's
-//! steps run after a savepoint of its own, so that what one project does not keep (a drift,
-//! a claim held elsewhere, an outcome that writes nothing) is undone without touching the
-//! others, and the batch commits once. The savepoint's name is the same for every project:
-//! they follow one another, never nest.
+//! A batch of projects in one transaction, on both dialects (contract section 9): open all,
+//! and, once the caller has built each, finish all, every project keeping the outcome it would
+//! have had alone. A project alone is a batch of one.
+//!
+//! - PostgreSQL: one statement opens the batch ([`sql::OPEN_BATCH_PG`]) and one finishes it
+//!   ([`sql::FINISH_BATCH_PG`]), whatever its size: a round trip costs more than the work of
+//!   most statements.
+//! - SQLite (in process: a statement costs no round trip): the batch's projects are opened one
+//!   after another, and each is finished by its second observation and then its writes, in
+//!   that order, so a project that drifted has written nothing and needs nothing undone.
 
 use sqlx::Row;
 
@@ -13,39 +18,6 @@ use crate::{ObservedHead, StoreError, rows, sql};
 use package_executor_core::planner::Snapshot;
 use package_executor_core::rejection::Rejection;
 use package_executor_core::source_key::source_key;
-
-/// The savepoint statements, the same in both dialects.
-const SAVEPOINT: &str = "SAVEPOINT pe_project";
-const RELEASE: &str = "RELEASE SAVEPOINT pe_project";
-const ROLLBACK_TO: &str = "ROLLBACK TO SAVEPOINT pe_project";
-
-impl Attempt<'_> {
-    async fn run_plain(&mut self, text: &'static str) -> Result<(), StoreError> {
-        on_conn!(self, |c, _d| {
-            sqlx::query(text).execute(c).await?;
-            Ok(())
-        })
-    }
-
-    /// Marks where the next project of a batch begins.
-    pub async fn begin_project(&mut self) -> Result<(), StoreError> {
-        self.run_plain(SAVEPOINT).await
-    }
-
-    /// Keeps what the project since [`Attempt::begin_project`] wrote (its claim included),
-    /// for the batch's commit.
-    pub async fn keep_project(&mut self) -> Result<(), StoreError> {
-        self.run_plain(RELEASE).await
-    }
-
-    /// Undoes what the project since [`Attempt::begin_project`] did: its writes, and on
-    /// PostgreSQL the claim it took (a row lock taken after a savepoint is released when the
-    /// transaction rolls back to it).
-    pub async fn undo_project(&mut self) -> Result<(), StoreError> {
-        self.run_plain(ROLLBACK_TO).await?;
-        self.run_plain(RELEASE).await
-    }
-}
 
 /// What a batch's project asks of the batch's last statement ([`Attempt::finish_batch`]).
 #[derive(Clone, Copy, Debug)]
@@ -95,7 +67,7 @@ pub struct Finished {
 }
 
 impl Attempt<'_> {
-    /// Opens a batch (PostgreSQL, [`sql::OPEN_BATCH_PG`]): one [`Opening`] per project, in the
+    /// Opens a batch (on PostgreSQL in one statement, [`sql::OPEN_BATCH_PG`]): one [`Opening`] per project, in the
     /// order given; a project another executor holds has `claimed` false and nothing else. The
     /// observations' text together is held to `observed` bytes, counted in order (the first
     /// project always comes whole): a project past it is `deferred`, claimed with nothing else
@@ -107,61 +79,55 @@ impl Attempt<'_> {
         inline: Option<u64>,
         observed: u64,
     ) -> Result<Vec<Opening>, StoreError> {
-        let Attempt::Pg(tx) = self else {
-            return Err(batch_on_sqlite());
-        };
-        let rows = sqlx::query(sql::OPEN_BATCH_PG)
-            .bind(projects)
-            .bind(cap(inline))
-            .bind(i64::try_from(observed).unwrap_or(i64::MAX))
-            .fetch_all(&mut **tx)
-            .await?;
-        if rows.len() != projects.len() {
-            return Err(misaligned());
+        match self {
+            Attempt::Pg(tx) => open_batch_pg(tx, projects, inline, observed).await,
+            Attempt::Lite(_) => self.open_batch_lite(projects, inline, observed).await,
         }
-        let mut openings = Vec::with_capacity(rows.len());
-        let mut with_snapshots = Vec::new();
-        // Each row is dropped once read: the observations are not held twice.
-        for (row, project_id) in rows.into_iter().zip(projects) {
-            let claimed: bool = row.try_get("claimed")?;
-            if claimed && !row.try_get::<bool, _>("kept")? {
-                openings.push(Opening {
-                    claimed,
-                    deferred: true,
-                    ..Opening::default()
-                });
+    }
+
+    /// SQLite's [`Attempt::open_batch`]: each project's opening in turn, with the same cap on
+    /// the observations' text as PostgreSQL's statement, counted the same way.
+    async fn open_batch_lite(
+        &mut self,
+        projects: &[String],
+        inline: Option<u64>,
+        observed: u64,
+    ) -> Result<Vec<Opening>, StoreError> {
+        let mut openings = Vec::with_capacity(projects.len());
+        let mut total = 0u64;
+        for project_id in projects {
+            // Past the cap (the first project always comes whole): the batch closes before it.
+            let past =
+                |total: u64, openings: &Vec<Opening>| !openings.is_empty() && total > observed;
+            if past(total, &openings) {
+                openings.push(deferred());
                 continue;
             }
-            let (opening, has_snapshot) = opening_from_row(&row)?;
-            if has_snapshot && !opening.vanished {
-                with_snapshots.push(project_id.as_str());
-            }
-            openings.push(opening);
-        }
-        // The current proof, one statement for all the projects that have a snapshot at all.
-        if !with_snapshots.is_empty() {
-            let current: Vec<(String, String)> = sqlx::query_as(sql::CURRENT_DIGESTS_PG)
-                .bind(&with_snapshots)
-                .fetch_all(&mut **tx)
-                .await?;
-            for (project_id, digest) in current {
-                if let Some(i) = projects.iter().position(|p| *p == project_id) {
-                    openings[i].current = Some(rows::digest(digest)?);
-                }
-            }
+            let mut opening = self.open_with(project_id, inline).await?;
+            opening.observed_bytes = observed_bytes(&opening.heads);
+            total = total.saturating_add(opening.observed_bytes);
+            openings.push(if past(total, &openings) {
+                deferred()
+            } else {
+                opening
+            });
         }
         Ok(openings)
     }
 
-    /// Finishes a batch (PostgreSQL, [`sql::FINISH_BATCH_PG`]): every entry's writes in one
-    /// statement, each gated on its own second observation. One [`Finished`] per entry, in
+    /// Finishes a batch: every entry's writes, each gated on its own second observation (on
+    /// PostgreSQL in one statement, [`sql::FINISH_BATCH_PG`]). One [`Finished`] per entry, in
     /// order.
     pub async fn finish_batch(
         &mut self,
         entries: &[Finishing<'_>],
     ) -> Result<Vec<Finished>, StoreError> {
         let Attempt::Pg(tx) = self else {
-            return Err(batch_on_sqlite());
+            let mut finished = Vec::with_capacity(entries.len());
+            for entry in entries {
+                finished.push(self.finish_lite(entry).await?);
+            }
+            return Ok(finished);
         };
         let columns = FinishBatch::new(entries);
         let rows = columns
@@ -189,12 +155,133 @@ impl Attempt<'_> {
     }
 }
 
-fn batch_on_sqlite() -> StoreError {
-    StoreError::Other(
-        "a batch's set statements are PostgreSQL's; SQLite builds a batch project by project \
-         (this is a bug, please report it)"
-            .into(),
-    )
+impl Attempt<'_> {
+    /// One project of SQLite's [`Attempt::finish_batch`], as [`sql::FINISH_BATCH_PG`] finishes
+    /// it: its second observation first, and only when that equals the first its snapshot and
+    /// source rows, its rejection, and its mark (a snapshot not inserted clears the mark only
+    /// when the same snapshot is stored: an exact replay). SQLite reads one snapshot of the file
+    /// throughout a transaction, so the project row the opening found is still there.
+    async fn finish_lite(&mut self, entry: &Finishing<'_>) -> Result<Finished, StoreError> {
+        let first = match entry.write {
+            Write::Nothing => None,
+            Write::Snapshot { first, .. } | Write::Rejection { first, .. } => Some(first),
+        };
+        if let Some(first) = first {
+            let second = self.observe(entry.project_id).await?;
+            if second.as_slice() != first {
+                return Ok(Finished {
+                    drifted: Some(second),
+                    inserted: false,
+                    vanished: false,
+                });
+            }
+        }
+        let mut clear = entry.mark.is_some();
+        let mut inserted = false;
+        match entry.write {
+            Write::Nothing => {}
+            Write::Snapshot { snapshot, .. } => {
+                inserted = self.insert_rows(snapshot).await?;
+                if !inserted && clear {
+                    clear = match self.replay_outcome(snapshot).await {
+                        Ok(replay) => replay == Replay::Exact,
+                        Err(StoreError::Transient(_)) => false,
+                        Err(e) => return Err(e),
+                    };
+                }
+            }
+            Write::Rejection {
+                vector, rejection, ..
+            } => {
+                if rejection.recorded {
+                    self.record_rejection(entry.project_id, vector, rejection)
+                        .await?;
+                }
+            }
+        }
+        if let (true, Some(version)) = (clear, entry.mark) {
+            self.clear_mark(entry.project_id, version).await?;
+        }
+        Ok(Finished {
+            drifted: None,
+            inserted,
+            vanished: false,
+        })
+    }
+}
+
+/// A project left out of a batch's opening by the observations' cap: claimed, nothing else read.
+fn deferred() -> Opening {
+    Opening {
+        claimed: true,
+        deferred: true,
+        ..Opening::default()
+    }
+}
+
+/// The bytes of an observation's text as [`sql::OPEN_BATCH_PG`] counts them: names, ids,
+/// digests and approved permissions, 64 a head besides.
+fn observed_bytes(heads: &[ObservedHead]) -> u64 {
+    heads
+        .iter()
+        .map(|o| {
+            let h = &o.head;
+            (h.package_name.len()
+                + h.installation_id.len()
+                + h.generation_digest.len()
+                + h.lock_digest.len()
+                + h.revision_digest.len()
+                + h.approved_permissions.len()
+                + 64) as u64
+        })
+        .sum()
+}
+
+/// PostgreSQL's [`Attempt::open_batch`]: one statement, then the current proof, in one more,
+/// for the projects that have a snapshot at all.
+async fn open_batch_pg(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    projects: &[String],
+    inline: Option<u64>,
+    observed: u64,
+) -> Result<Vec<Opening>, StoreError> {
+    let rows = sqlx::query(sql::OPEN_BATCH_PG)
+        .bind(projects)
+        .bind(cap(inline))
+        .bind(i64::try_from(observed).unwrap_or(i64::MAX))
+        .fetch_all(&mut **tx)
+        .await?;
+    if rows.len() != projects.len() {
+        return Err(misaligned());
+    }
+    let mut openings = Vec::with_capacity(rows.len());
+    let mut with_snapshots = Vec::new();
+    // Each row is dropped once read: the observations are not held twice.
+    for (row, project_id) in rows.into_iter().zip(projects) {
+        let claimed: bool = row.try_get("claimed")?;
+        if claimed && !row.try_get::<bool, _>("kept")? {
+            openings.push(deferred());
+            continue;
+        }
+        let (opening, has_snapshot) = opening_from_row(&row)?;
+        if has_snapshot && !opening.vanished {
+            with_snapshots.push(project_id.as_str());
+        }
+        openings.push(opening);
+    }
+    // The current proof, one statement for all the projects that have a snapshot at all.
+    if !with_snapshots.is_empty() {
+        let current: Vec<(String, String)> = sqlx::query_as(sql::CURRENT_DIGESTS_PG)
+            .bind(&with_snapshots)
+            .fetch_all(&mut **tx)
+            .await?;
+        for (project_id, digest) in current {
+            if let Some(i) = projects.iter().position(|p| *p == project_id) {
+                openings[i].current = Some(rows::digest(digest)?);
+            }
+        }
+    }
+    Ok(openings)
 }
 
 impl<'s> FinishBatch<'s> {
