@@ -66,9 +66,7 @@ pub(super) async fn attempt_alone(
         .transaction(async |a| attempt_set(a, budget, &projects, u64::MAX, Room::Wait, limit).await)
         .await?;
     batched.steps.into_iter().next().ok_or_else(|| {
-        StoreError::Other(
-            "a project alone was not decided; this is a bug, please report it".into(),
-        )
+        StoreError::Other("a project alone was not decided; this is a bug, please report it".into())
     })
 }
 
@@ -211,7 +209,9 @@ async fn attempt_set(
     for ((i, _), f) in finishing.iter().zip(finished) {
         by_entry[*i] = Some(f);
     }
-    let commit = !finishing.is_empty();
+    // Nothing to keep, or something written that must not be (a batch of one on PostgreSQL
+    // writes before it compares): roll back.
+    let commit = !finishing.is_empty() && by_entry.iter().flatten().all(|f| !f.undo);
     let mut steps = Vec::with_capacity(entries.len());
     for (entry, f) in entries.into_iter().zip(by_entry) {
         steps.push(step_of(a, entry.prepared, f, limit).await?);

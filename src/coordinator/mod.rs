@@ -36,9 +36,8 @@ pub struct RunSettings {
     /// [`pool_size`] (the other lanes open theirs).
     pub concurrency: usize,
     /// Projects a worker builds in one transaction (contract section 9), each keeping its own
-    /// outcome (on PostgreSQL each project's writes gated on its own second observation in the
-    /// batch's last statement; on SQLite each project in a savepoint of its own); 1 is one
-    /// project a transaction.
+    /// outcome: each project's writes are gated on its own second observation; 1 is one
+    /// project a transaction (a batch of one).
     pub batch_size: usize,
     /// Attempts per project per pass.
     pub max_attempts: u32,

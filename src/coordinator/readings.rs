@@ -10,17 +10,17 @@
 //! included, in the same order of checks.
 //!
 //! Only readings that a later head of the batch may ask for are kept ([`Readings::shared`]:
-//! a PostgreSQL batch knows all its heads from its opening), so a batch of unshared revisions
+//! a batch knows all its heads from its opening), so a batch of unshared revisions
 //! copies nothing. Only a reading whose digest matched is kept: its bytes are the ones the
 //! digest names, whoever reads them. Each kept reading holds its size against the memory
 //! budget, taken without waiting; one that does not fit is not kept, and its next head reads
 //! the revision again. A batch never waits for the budget while it holds readings (its reads
-//! take `Room::Now`), so it cannot wait on itself. SQLite's batch keeps none: its projects'
-//! reads wait for the budget, and a read there is in-process.
+//! take `Room::Now`), so it cannot wait on itself. A project alone keeps none: its reads wait
+//! for the budget.
 //!
-//! What still comes more than once: on PostgreSQL, revisions small enough to come with the
-//! opening come with each project that has them (the statement inlines each project's own);
-//! they are parsed once. Larger ones, read in statements of their own, are fetched once.
+//! What still comes more than once: revisions small enough to come with the opening come with
+//! each project that has them (the opening inlines each project's own); they are parsed once.
+//! Larger ones, read in statements of their own, are fetched once.
 //!
 //! [`SnapshotBuilder::add_streamed`]: crate::planner::SnapshotBuilder::add_streamed
 

@@ -62,8 +62,12 @@ pub struct Finished {
     pub drifted: Option<Vec<ObservedHead>>,
     /// Whether its snapshot row was inserted.
     pub inserted: bool,
-    /// Whether its project row was gone at the second observation (nothing of it was written).
+    /// Whether its project row was gone at the second observation (nothing of it was kept).
     pub vanished: bool,
+    /// Whether what was written for it must not be committed: the caller rolls the batch's
+    /// transaction back. Only a batch of one on PostgreSQL writes before it compares (see
+    /// [`Attempt::finish_batch`]); every other entry writes nothing it would not keep.
+    pub undo: bool,
 }
 
 impl Attempt<'_> {
@@ -79,9 +83,12 @@ impl Attempt<'_> {
         inline: Option<u64>,
         observed: u64,
     ) -> Result<Vec<Opening>, StoreError> {
-        match self {
-            Attempt::Pg(tx) => open_batch_pg(tx, projects, inline, observed).await,
-            Attempt::Lite(_) => self.open_batch_lite(projects, inline, observed).await,
+        match (self, projects) {
+            // A batch of one: the one-project statement, cheaper for the server at one (see
+            // `finish_batch`).
+            (a @ Attempt::Pg(_), [project_id]) => Ok(vec![a.open_with(project_id, inline).await?]),
+            (Attempt::Pg(tx), _) => open_batch_pg(tx, projects, inline, observed).await,
+            (a @ Attempt::Lite(_), _) => a.open_batch_lite(projects, inline, observed).await,
         }
     }
 
@@ -118,10 +125,19 @@ impl Attempt<'_> {
     /// Finishes a batch: every entry's writes, each gated on its own second observation (on
     /// PostgreSQL in one statement, [`sql::FINISH_BATCH_PG`]). One [`Finished`] per entry, in
     /// order.
+    ///
+    /// A batch of one on PostgreSQL takes the one-project statements instead ([`sql::OPEN_PG`],
+    /// [`sql::APPEND_PG`]): at one, the set statements cost the server about a fifth more a
+    /// snapshot (docs/benchmarks.md, "A project alone is a batch of one"). `APPEND_PG` inserts
+    /// before the comparison, so an entry that drifted, vanished or met another snapshot says
+    /// [`Finished::undo`] and the caller rolls back.
     pub async fn finish_batch(
         &mut self,
         entries: &[Finishing<'_>],
     ) -> Result<Vec<Finished>, StoreError> {
+        if let (Attempt::Pg(_), [entry]) = (&*self, entries) {
+            return Ok(vec![self.finish_one_pg(entry).await?]);
+        }
         let Attempt::Pg(tx) = self else {
             let mut finished = Vec::with_capacity(entries.len());
             for entry in entries {
@@ -143,6 +159,7 @@ impl Attempt<'_> {
                 let vanished: bool = row.try_get("vanished")?;
                 Ok(Finished {
                     vanished,
+                    undo: false,
                     drifted: if steady || vanished {
                         None
                     } else {
@@ -156,6 +173,71 @@ impl Attempt<'_> {
 }
 
 impl Attempt<'_> {
+    /// A batch of one on PostgreSQL ([`Attempt::finish_batch`]): its snapshot with the second
+    /// observation in one statement, or the second observation and then its rejection and mark.
+    async fn finish_one_pg(&mut self, entry: &Finishing<'_>) -> Result<Finished, StoreError> {
+        let steady = |inserted: bool, undo: bool| Finished {
+            drifted: None,
+            inserted,
+            vanished: false,
+            undo,
+        };
+        match entry.write {
+            Write::Snapshot { snapshot, first } => {
+                let appending = self.append(snapshot, entry.mark).await?;
+                if appending.vanished {
+                    return Ok(Finished {
+                        vanished: true,
+                        ..steady(false, true)
+                    });
+                }
+                if appending.second.as_slice() != first {
+                    return Ok(Finished {
+                        drifted: Some(appending.second),
+                        ..steady(false, true)
+                    });
+                }
+                // Not inserted: the mark the append cleared is kept only for the same snapshot
+                // stored (an exact replay), as the set statement keeps it.
+                let undo = !appending.inserted
+                    && entry.mark.is_some()
+                    && match self.replay_outcome(snapshot).await {
+                        Ok(replay) => replay != Replay::Exact,
+                        Err(StoreError::Transient(_)) => true,
+                        Err(e) => return Err(e),
+                    };
+                Ok(steady(appending.inserted, undo))
+            }
+            Write::Rejection {
+                vector,
+                rejection,
+                first,
+            } => {
+                let second = self.observe(entry.project_id).await?;
+                if second.as_slice() != first {
+                    return Ok(Finished {
+                        drifted: Some(second),
+                        ..steady(false, false)
+                    });
+                }
+                if rejection.recorded {
+                    self.record_rejection(entry.project_id, vector, rejection)
+                        .await?;
+                }
+                if let Some(version) = entry.mark {
+                    self.clear_mark(entry.project_id, version).await?;
+                }
+                Ok(steady(false, false))
+            }
+            Write::Nothing => {
+                if let Some(version) = entry.mark {
+                    self.clear_mark(entry.project_id, version).await?;
+                }
+                Ok(steady(false, false))
+            }
+        }
+    }
+
     /// One project of SQLite's [`Attempt::finish_batch`], as [`sql::FINISH_BATCH_PG`] finishes
     /// it: its second observation first, and only when that equals the first its snapshot and
     /// source rows, its rejection, and its mark (a snapshot not inserted clears the mark only
@@ -173,6 +255,7 @@ impl Attempt<'_> {
                     drifted: Some(second),
                     inserted: false,
                     vanished: false,
+                    undo: false,
                 });
             }
         }
@@ -206,6 +289,7 @@ impl Attempt<'_> {
             drifted: None,
             inserted,
             vanished: false,
+            undo: false,
         })
     }
 }

@@ -225,8 +225,8 @@ named_params! {
 }
 
 /// Ends a batch's attempt in one PostgreSQL statement, every project's outcome written as if it
-/// had been alone, all in one statement snapshot. Its parameters are [`FinishBatch`]'s, by
-/// name: one entry per project, in parallel arrays in order (its snapshot's columns, NULL
+/// had been alone, all in one statement snapshot. Its parameters are `FinishBatch`'s, by name
+/// (declared above): one entry per project, in parallel arrays in order (its snapshot's columns, NULL
 /// `definition_digest` when it publishes nothing; its mark's version, NULL when it had none;
 /// the rejection to record, NULL reason when none; and whether its writes wait on a second
 /// observation, `observe`). The heads of the first observations, flattened (`head_entries`
