@@ -1,5 +1,7 @@
-//! One build attempt of one project: claim, current check, first observation, revisions one at
-//! a time, the pure planner, second observation, then append (or record the rejection).
+//! One project of a batch, from its opening to what it asks the batch's finish ([`prepare`]):
+//! the claim's and the current proof's verdicts, the first observation's checks, its revisions
+//! read in loads within the memory budget and fed to the pure planner. The transaction around
+//! it, and the finish, are `batch.rs`'s; [`attempt`] is a project alone, a batch of one.
 
 use std::collections::HashMap;
 use std::time::Duration;
