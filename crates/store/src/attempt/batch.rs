@@ -103,21 +103,17 @@ impl Attempt<'_> {
         let mut openings = Vec::with_capacity(projects.len());
         let mut total = 0u64;
         for project_id in projects {
-            // Past the cap (the first project always comes whole): the batch closes before it.
-            let past =
-                |total: u64, openings: &Vec<Opening>| !openings.is_empty() && total > observed;
-            if past(total, &openings) {
+            // Past the cap (the first project always comes whole), the batch closes: the rest
+            // are not read.
+            if !openings.is_empty() && total > observed {
                 openings.push(deferred());
                 continue;
             }
             let mut opening = self.open_with(project_id, inline).await?;
             opening.observed_bytes = observed_bytes(&opening.heads);
             total = total.saturating_add(opening.observed_bytes);
-            openings.push(if past(total, &openings) {
-                deferred()
-            } else {
-                opening
-            });
+            let kept = openings.is_empty() || total <= observed;
+            openings.push(if kept { opening } else { deferred() });
         }
         Ok(openings)
     }
