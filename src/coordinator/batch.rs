@@ -296,6 +296,9 @@ async fn step_of(
             if finished.as_ref().is_some_and(|f| f.inserted) {
                 return Ok(published(&snapshot));
             }
+            if let Some(replay) = finished.and_then(|f| f.replay) {
+                return Ok(replayed(&snapshot, replay));
+            }
             match answered(limit, a.replay_outcome(&snapshot)).await {
                 Ok(replay) => replayed(&snapshot, replay),
                 // A conflicting row this statement could not see yet: this project alone is

@@ -62,6 +62,9 @@ pub struct Finished {
     pub drifted: Option<Vec<ObservedHead>>,
     /// Whether its snapshot row was inserted.
     pub inserted: bool,
+    /// What a snapshot not inserted met, when the store already asked (to decide its mark):
+    /// the caller need not ask again.
+    pub replay: Option<Replay>,
     /// Whether its project row was gone at the second observation (nothing of it was kept).
     pub vanished: bool,
     /// Whether what was written for it must not be committed: the caller rolls the batch's
@@ -162,6 +165,7 @@ impl Attempt<'_> {
                         Some(heads_from_arrays(row)?)
                     },
                     inserted: row.try_get::<Option<i64>, _>("snapshot_id")?.is_some(),
+                    replay: None,
                 })
             })
             .collect()
@@ -175,6 +179,7 @@ impl Attempt<'_> {
         let steady = |inserted: bool, undo: bool| Finished {
             drifted: None,
             inserted,
+            replay: None,
             vanished: false,
             undo,
         };
@@ -195,14 +200,17 @@ impl Attempt<'_> {
                 }
                 // Not inserted: the mark the append cleared is kept only for the same snapshot
                 // stored (an exact replay), as the set statement keeps it.
-                let undo = !appending.inserted
-                    && entry.mark.is_some()
-                    && match self.replay_outcome(snapshot).await {
-                        Ok(replay) => replay != Replay::Exact,
-                        Err(StoreError::Transient(_)) => true,
-                        Err(e) => return Err(e),
-                    };
-                Ok(steady(appending.inserted, undo))
+                if appending.inserted || entry.mark.is_none() {
+                    return Ok(steady(appending.inserted, false));
+                }
+                Ok(match self.replay_outcome(snapshot).await {
+                    Ok(replay) => Finished {
+                        replay: Some(replay.clone()),
+                        ..steady(false, replay != Replay::Exact)
+                    },
+                    Err(StoreError::Transient(_)) => steady(false, true),
+                    Err(e) => return Err(e),
+                })
             }
             Write::Rejection {
                 vector,
@@ -250,6 +258,7 @@ impl Attempt<'_> {
                 return Ok(Finished {
                     drifted: Some(second),
                     inserted: false,
+                    replay: None,
                     vanished: false,
                     undo: false,
                 });
@@ -257,14 +266,15 @@ impl Attempt<'_> {
         }
         let mut clear = entry.mark.is_some();
         let mut inserted = false;
+        let mut replayed = None;
         match entry.write {
             Write::Nothing => {}
             Write::Snapshot { snapshot, .. } => {
                 inserted = self.insert_rows(snapshot).await?;
                 if !inserted && clear {
-                    clear = match self.replay_outcome(snapshot).await {
-                        Ok(replay) => replay == Replay::Exact,
-                        Err(StoreError::Transient(_)) => false,
+                    (clear, replayed) = match self.replay_outcome(snapshot).await {
+                        Ok(replay) => (replay == Replay::Exact, Some(replay)),
+                        Err(StoreError::Transient(_)) => (false, None),
                         Err(e) => return Err(e),
                     };
                 }
@@ -284,6 +294,7 @@ impl Attempt<'_> {
         Ok(Finished {
             drifted: None,
             inserted,
+            replay: replayed,
             vanished: false,
             undo: false,
         })
