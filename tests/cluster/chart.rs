@@ -332,6 +332,8 @@ fn the_chart_installs_publishes_and_every_project_converges() {
 
 /// The NOTES' "why is a project not current?" command, as a person pastes it (PROJECT filled
 /// in), through the NetworkPolicy to the database: it names the rejected project's reason.
+/// The answer is read from the ended pod's log: an attach (`run --rm -i`) lost whatever the
+/// pod printed before it connected, and once left this test with nothing but kubectl's prompt.
 fn the_notes_explain_command_answers(ns: &Namespace) {
     let notes = helm(ns, &["get", "notes", RELEASE]);
     let lines: Vec<&str> = notes.lines().collect();
@@ -352,7 +354,7 @@ fn the_notes_explain_command_answers(ns: &Namespace) {
     }
     let command = command.replace("PROJECT", "demo-rejected");
     let out = std::process::Command::new("timeout")
-        .args(["180", "sh", "-c", &command])
+        .args(["420", "sh", "-c", &command])
         .stdin(std::process::Stdio::null())
         .output()
         .expect("sh");
@@ -362,7 +364,9 @@ fn the_notes_explain_command_answers(ns: &Namespace) {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(out.status.success(), "{command}\n{text}\n{}", ns.describe());
-    assert!(text.contains("demo-rejected"), "{command}\n{text}");
+    for answer in ["project demo-rejected", "rejected       forbidden-field"] {
+        assert!(text.contains(answer), "{answer:?} not in:\n{command}\n{text}");
+    }
 }
 
 /// NetworkPolicy is enforced (kube-router's controller, started by scripts/cluster.sh), both
