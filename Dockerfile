@@ -29,7 +29,7 @@ COPY crates ./crates
 COPY src ./src
 COPY examples ./examples
 COPY benches ./benches
-# Cargo features of the build: none for a release. (The cluster tier builds a second image with
+# Cargo features of the build: none for a release. (The end-to-end tier builds a second image with
 # `next-schema`, one migration ahead, to upgrade to.) Declared here, after the dependency layer,
 # so that it never invalidates that layer.
 ARG CARGO_FEATURES=""

@@ -4,7 +4,7 @@
 # image's name. The host's cargo registry is mounted into the build, and podman's layer cache
 # lives under .tools/containers, so a warm build recompiles only what changed.
 #   scripts/image-build.sh [FEATURES]   cargo features of the build (none: the release image;
-#                                       `next-schema`: the cluster tier's image one migration ahead)
+#                                       `next-schema`: the end-to-end tier's image one migration ahead)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 read -r build runtime < <(./scripts/image-bases.sh)

@@ -7,6 +7,9 @@
 #   scripts/kind.sh exec DIR CMD... runs CMD inside them, with kind, kubectl, helm and podman
 #                                   on PATH and KIND_EXPERIMENTAL_PROVIDER=podman: kind itself,
 #                                   tests/e2e/kind.sh
+#   scripts/kind.sh create DIR      a cluster for a person: kind's cluster `pe` on the node
+#                                   image with the tier's configuration and addons, and
+#                                   DIR/kubeconfig (what `exec` uses) at its API server
 #   scripts/kind.sh env DIR         prints the variables tests/e2e/kind.sh takes here
 #   scripts/kind.sh down DIR        deletes every kind cluster and container in it, and the rest
 #   scripts/kind.sh leftovers DIR   prints what DIR's tier left on the machine (processes,
@@ -33,10 +36,61 @@ CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/package-executor
 KIND_SUBNET=10.89.77.0/24
 NODE_IMAGE_NAME=localhost/pe-kind-node
 
-USAGE_LINES=15
+USAGE_LINES=18
 NEEDS_ROOT="the kind tier needs root (network and mount namespaces, rootful podman)"
 NETNS_PREFIX=pe-kind
-source "$REPO/scripts/cluster/common.sh"
+
+usage() {
+  sed -n "2,${USAGE_LINES}p" "$0" | sed 's/^# \{0,1\}//' >&2
+  exit 2
+}
+
+need_root() {
+  [ "$(id -u)" = 0 ] || {
+    echo "$NEEDS_ROOT" >&2
+    exit 1
+  }
+}
+
+# The names follow from the folder, so that two folders are two tiers: DIR, ID, NETNS
+# (NETNS_PREFIX-ID), PIDS and LOGS.
+folder_names() {
+  DIR=$(realpath -m "$1")
+  ID=$(printf '%s' "$DIR" | sha256sum | cut -c1-8)
+  NETNS=$NETNS_PREFIX-$ID
+  PIDS=$DIR/pids
+  LOGS=$DIR/logs
+}
+
+holder_pid() { cat "$PIDS/holder.pid" 2>/dev/null || true; }
+
+# Waits for a command to succeed, or fails naming what it waited for and its log.
+wait_for() {
+  local what=$1 seconds=$2 log=$3
+  shift 3
+  local deadline=$((SECONDS + seconds))
+  until "$@" >/dev/null 2>&1; do
+    if [ $SECONDS -ge $deadline ]; then
+      echo "$what: not ready after ${seconds} s; the last lines of $log:" >&2
+      tail -n 30 "$log" >&2 || true
+      exit 1
+    fi
+    sleep 0.5
+  done
+}
+
+# The holder: a process in the tier's network namespace that keeps a private copy of the
+# mount table, whose mounts never reach the machine's. MOUNTS is the shell that makes them ($1
+# is DIR); every component is later started inside with nsenter.
+start_holder() {
+  setsid nsenter --net="/run/netns/$NETNS" unshare --mount --propagation private -- \
+    bash -c "set -e
+      $1
+      touch /run/.namespaces-ready
+      exec sleep infinity" _ "$DIR" >"$LOGS/holder.log" 2>&1 </dev/null &
+  echo $! >"$PIDS/holder.pid"
+  wait_for "the namespaces" 10 "$LOGS/holder.log" test -f "$DIR/run/.namespaces-ready"
+}
 
 setup_names() {
   folder_names "$1"
@@ -62,7 +116,7 @@ inside() {
     env PATH="$DIR/bin:$KIND_BIN:$BIN:$HELM_BIN:$PATH" \
     CONTAINERS_CONF="$DIR/containers.conf" CONTAINERS_STORAGE_CONF="$DIR/storage.conf" \
     KIND_EXPERIMENTAL_PROVIDER=podman KUBECONFIG="$DIR/kubeconfig" KUBECACHEDIR="$DIR/kube-cache" \
-    TMPDIR=/var/tmp "$@"
+    PE_CLUSTER_BRIDGE="$(cat "$DIR/bridge" 2>/dev/null || true)" TMPDIR=/var/tmp "$@"
 }
 
 make_namespaces() {
@@ -251,6 +305,8 @@ up() {
   stat -L -c %i "/run/netns/$NETNS" >"$DIR.netns"
   podman_config
   inside podman network create --driver bridge --subnet "$KIND_SUBNET" --disable-dns kind >/dev/null
+  # The bridge's name, for the tests that check the namespace's links (tests/cluster/network.rs).
+  inside podman network inspect kind --format '{{.NetworkInterface}}' >"$DIR/bridge"
   node_image >"$DIR/node-image.name"
   echo "the kind tier is up in $DIR (node image $(cat "$DIR/node-image.name"))" >&2
 }
@@ -259,9 +315,31 @@ up() {
 env_of() {
   echo "KIND_NODE_IMAGE=$(cat "$DIR/node-image.name")"
   echo "KIND_CONFIG=$HERE/cluster.yaml"
-  echo "KIND_ADDONS=$HERE/network-policy.yaml"
+  echo "KIND_ADDONS=\"$HERE/network-policy.yaml $HERE/coredns.yaml\""
   # The node's address, not the port kind publishes on the namespace's loopback.
   echo "KIND_API_SERVER=node"
+}
+
+# A cluster for a person, as tests/e2e/kind.sh makes the tier's: the node image, the tier's
+# configuration and addons, and a kubeconfig that reaches the API server at the node's address
+# (podman publishes no port into a namespace without an uplink).
+create() {
+  need_root
+  setup_names "$1"
+  bins
+  local name=pe node_ip
+  inside kind create cluster --name "$name" --image "$(cat "$DIR/node-image.name")" \
+    --config "$HERE/cluster.yaml" --wait 180s
+  node_ip=$(inside podman inspect -f '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}' \
+    "$name-control-plane")
+  inside kind get kubeconfig --internal --name "$name" |
+    sed "s|server: https://$name-control-plane:6443|server: https://$node_ip:6443|" >"$DIR/kubeconfig.new"
+  mv "$DIR/kubeconfig.new" "$DIR/kubeconfig"
+  inside kubectl apply -f "$HERE/network-policy.yaml" -f "$HERE/coredns.yaml" >/dev/null
+  inside kubectl -n kube-system rollout restart deployment/coredns >/dev/null
+  inside kubectl -n kube-system rollout status daemonset/kube-router --timeout=180s >/dev/null
+  inside kubectl -n kube-system rollout status deployment/coredns --timeout=180s >/dev/null
+  echo "kind's cluster $name is up: scripts/kind.sh exec $1 kubectl get nodes" >&2
 }
 
 containers() { inside podman ps -aq 2>/dev/null || true; }
@@ -350,6 +428,7 @@ case "$cmd" in
     shift
     run_inside "$@"
     ;;
+  create) create "$2" ;;
   env) setup_names "$2" && env_of ;;
   down) down "$2" ;;
   leftovers) leftovers "$2" ;;

@@ -13,12 +13,11 @@
 #                            default: the system's newest)
 #   scripts/test.sh chaos    the fault scenarios: storm, Patroni, full disk (root)
 #   scripts/test.sh image    the container image, built with podman and run (root)
-#   scripts/test.sh cluster  end to end on a one-node Kubernetes made of its own components,
-#                            built from their Go modules (scripts/cluster.sh; root)
-#   scripts/test.sh kind     end to end on kind (podman as its provider) with a node image
-#                            built here from the same components (scripts/kind.sh; root)
+#   scripts/test.sh kind     every end-to-end test (tests/cluster/) on kind, podman as its
+#                            provider, with a node image built here from Kubernetes' own
+#                            components and their Go modules (scripts/kind.sh; root)
 #   scripts/test.sh ci       all of it: install, lint, fast, pg and chaos on PostgreSQL 15
-#                            (Debian's) and 18 (the PyPI wheel), image, cluster, kind; what .ci/run
+#                            (Debian's) and 18 (the PyPI wheel), image, kind; what .ci/run
 #                            runs and the README's test command (the default)
 #
 # Plain `cargo test --workspace` runs the fast and pg tiers' tests, as any user, once `install`
@@ -102,7 +101,7 @@ install() {
   # kubernetes-validate (offline Kubernetes schemas) into .tools/, helm linked there.
   mkdir -p .tools/bin
   # Helm 3 built from its Go module (tools/helm, pinned in its go.mod; tools/build.sh keeps the
-  # binary beside Go's caches, so a second clone builds nothing): the chart tests, the cluster
+  # binary beside Go's caches, so a second clone builds nothing): the chart tests, the kind
   # tier and the README use this one helm.
   helm_dir=$(./tools/build.sh helm)
   ln -sf "$helm_dir/helm" .tools/bin/helm
@@ -166,18 +165,16 @@ install() {
   if [ "${PE_SKIP_IMAGE:-0}" != 1 ]; then
     (source scripts/image-env.sh && image_tools_install)
   fi
-  # containerd (1.6), the CNI plugins, busybox (the cluster tests' helper image), conntrack, and
-  # iptables and ipset (kube-router's NetworkPolicy enforcer runs them) from Debian for the
-  # cluster tier; never started as services (no systemd here).
-  if ! command -v containerd >/dev/null 2>&1 || [ ! -x /usr/lib/cni/bridge ] \
-    || [ ! -x /bin/busybox ] || ! command -v conntrack >/dev/null 2>&1 \
-    || ! command -v iptables >/dev/null 2>&1 || ! command -v ipset >/dev/null 2>&1; then
-    echo "installing Debian's containerd, containernetworking-plugins, busybox-static, conntrack, iptables and ipset" >&2
+  # busybox (the end-to-end tests' helper image is made of Debian's static build), and the CNI
+  # plugins and iptables that podman's bridge (the network kind's node sits on) runs with, from
+  # Debian. Containerd, the kubelet and the rest run inside the kind node, from its own image.
+  if [ ! -x /usr/lib/cni/bridge ] || [ ! -x /bin/busybox ] || ! command -v iptables >/dev/null 2>&1; then
+    echo "installing Debian's containernetworking-plugins, busybox-static and iptables" >&2
     SUDO=""
     [ "$(id -u)" = 0 ] || SUDO="sudo"
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
-      containerd containernetworking-plugins busybox-static conntrack iptables ipset >/dev/null
+      containernetworking-plugins busybox-static iptables >/dev/null
   fi
 }
 
@@ -279,8 +276,8 @@ image() {
   echo "== the image build and test took $((SECONDS - image_started)) s"
 }
 
-# The images the chart's pods run, as docker-archives in $CLUSTER_IMAGES for both end-to-end
-# tiers: the product's (the image tier's build, cached under .tools/containers), a second build
+# The images the chart's pods run, as docker-archives in $CLUSTER_IMAGES for the kind
+# tier: the product's (the image tier's build, cached under .tools/containers), a second build
 # one migration ahead (the `next-schema` feature), which the upgrade tests move a release to
 # while the first build's Jobs run, and a PostgreSQL with the official image's interface.
 # Sets PE_IMAGE, PE_NEXT_IMAGE and PE_POSTGRES_IMAGE.
@@ -305,60 +302,13 @@ cluster_images() {
   ./scripts/cluster/postgres-image.sh "$images/postgres.tar" "$PE_POSTGRES_IMAGE"
 }
 
-# The end-to-end tier: one cluster for the tier (scripts/cluster.sh, state in target/cluster),
-# the tests of tests/cluster/ run inside its namespaces, each in a Kubernetes namespace of its
-# own; then the cluster goes down and the tier checks that nothing of it is left: no process,
-# mount, network namespace, cgroup or nftables table.
-cluster_tier() {
-  echo "== cluster: Kubernetes from its own Go modules, end to end"
-  local dir="$TARGET_DIR/cluster" built=$SECONDS
-  prebuild_wait
-  ./tools/build.sh >/dev/null
-  echo "the cluster's components (tools/build.sh) took $((SECONDS - built)) s"
-  cargo build --locked --test cluster
-  ./scripts/cluster.sh down "$dir" >/dev/null 2>&1 || true
-  rm -rf "$dir"
-  # The chart tests again, keeping every render they make for the API server's judgement
-  # (tests/cluster/renders.rs).
-  export PE_CHART_RENDERS="$dir-renders"
-  rm -rf "$PE_CHART_RENDERS"
-  if ! cargo test --locked --test it -- chart:: commands::trigger >"$dir-renders.log" 2>&1; then
-    cat "$dir-renders.log"
-    exit 1
-  fi
-  echo "kept $(ls "$PE_CHART_RENDERS" | wc -l) distinct chart renders for the API server"
-  cluster_images
-  local images=$CLUSTER_IMAGES
-  local tables_before
-  tables_before=$(nft list tables 2>/dev/null | sort)
-  if ! ./scripts/cluster.sh up "$dir" \
-    || ! ./scripts/cluster.sh load "$dir" "$images/product.tar" "$images/next.tar" "$images/postgres.tar" \
-    || ! ./scripts/cluster.sh exec "$dir" \
-      cargo test --locked --test cluster -- --ignored --test-threads=2; then
-    for log in "$dir"/logs/*.log; do
-      echo "---- the last lines of $log"
-      tail -n 25 "$log"
-    done
-    ./scripts/cluster.sh down "$dir" || true
-    exit 1
-  fi
-  ./scripts/cluster.sh down "$dir"
-  local left
-  left=$(./scripts/cluster.sh leftovers "$dir")
-  if [ -n "$left" ] || [ "$(nft list tables 2>/dev/null | sort)" != "$tables_before" ]; then
-    echo "the cluster left this behind: $left" >&2
-    diff <(echo "$tables_before") <(nft list tables 2>/dev/null | sort) >&2 || true
-    exit 1
-  fi
-  echo "== the cluster is down: no process, mount, network namespace, cgroup or nftables table is left"
-}
-
-# The kind tier: kind with podman as its provider on a node image built here (scripts/kind.sh,
-# state in target/kind), tests/e2e/kind.sh inside its namespaces with the images the cluster
-# tier runs. A capture on the machine's outside interface runs throughout: no packet may go
-# to a private, shared or link-local address but the resolver's. Then everything of kind goes,
-# and the tier checks that nothing is left: no process, mount, network namespace, container,
-# cgroup or nftables table, and none of Kubernetes' default folders.
+# The end-to-end tier: kind with podman as its provider on a node image built here
+# (scripts/kind.sh, state in target/kind), tests/e2e/kind.sh inside its namespaces: every test
+# of tests/cluster/, each in a Kubernetes namespace of its own. A capture on the machine's
+# outside interface runs throughout: no packet may go to a private, shared or link-local
+# address but the resolver's. Then everything of kind goes, and the tier checks that nothing is
+# left: no process, mount, network namespace, container, cgroup or nftables table, and none of
+# Kubernetes' default folders.
 kind_tier() {
   echo "== kind: kind with podman, on a node image built here, end to end"
   local dir="$TARGET_DIR/kind" started=$SECONDS
@@ -443,10 +393,10 @@ timed() {
   echo "== $* took $((SECONDS - started)) s"
 }
 
-# The Go builds of both end-to-end tiers (tools/build.sh: Kubernetes and etcd, CoreDNS, the
+# The Go builds of the end-to-end tier (tools/build.sh: Kubernetes and etcd, CoreDNS, the
 # provisioner, kube-router, kind and crictl; about 11 minutes of two cores on a machine that
 # never built them) start with `ci`, at the lowest CPU priority, so that they take the cores
-# only when the Rust tiers leave them idle (waiting on servers, failovers, podman); the cluster
+# only when the Rust tiers leave them idle (waiting on servers, failovers, podman); the kind
 # tier waits for them. On a machine that has built them they find everything cached at once.
 # Helm is not among them: `install` builds it for the chart tests.
 E2E_GO_MODULES=(k8s coredns provisioner kube-router kind)
@@ -488,7 +438,6 @@ case "$tier" in
   pg) pg ;;
   chaos) chaos ;;
   image) image ;;
-  cluster) cluster_tier ;;
   kind) kind_tier ;;
   ci)
     prebuild_start
@@ -504,13 +453,11 @@ case "$tier" in
     varlib_check
     timed image
     varlib_check
-    timed cluster_tier
-    varlib_check
     timed kind_tier
     varlib_check
     ;;
   *)
-    echo "usage: scripts/test.sh [install|lint|fast|pg|chaos|image|cluster|kind|ci] (default: ci)" >&2
+    echo "usage: scripts/test.sh [install|lint|fast|pg|chaos|image|kind|ci] (default: ci)" >&2
     exit 2
     ;;
 esac

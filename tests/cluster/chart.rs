@@ -6,7 +6,7 @@
 //!
 //! The images are the product's (`PE_IMAGE`, the image tier's build) and a PostgreSQL with the
 //! official image's interface (`PE_POSTGRES_IMAGE`, scripts/cluster/postgres-image.sh), both
-//! imported into the cluster by `scripts/test.sh cluster`.
+//! imported into the cluster by `scripts/test.sh kind`.
 
 use package_executor_testkit::cluster::{self, Namespace};
 use package_executor_testkit::helm;
@@ -15,10 +15,9 @@ use serde_json::Value;
 pub(crate) const RELEASE: &str = "pe";
 
 /// An image the tier built and imported, as `REPOSITORY:TAG`, from the environment variable
-/// `scripts/test.sh cluster` sets.
+/// `scripts/test.sh kind` sets.
 pub(crate) fn env_image(var: &str) -> String {
-    std::env::var(var)
-        .unwrap_or_else(|_| panic!("{var} is not set: scripts/test.sh cluster sets it"))
+    std::env::var(var).unwrap_or_else(|_| panic!("{var} is not set: scripts/test.sh kind sets it"))
 }
 
 /// The product's image (`PE_IMAGE`).
@@ -305,7 +304,7 @@ pub(crate) fn published(summaries: &[Value]) -> u64 {
 }
 
 #[test]
-#[ignore = "needs a cluster: scripts/test.sh cluster"]
+#[ignore = "needs a cluster: scripts/test.sh kind"]
 fn the_chart_installs_publishes_and_every_project_converges() {
     let ns = Namespace::new("e2e");
     let (job, summaries) = install_import_publish(&ns, &[]);
@@ -365,16 +364,19 @@ fn the_notes_explain_command_answers(ns: &Namespace) {
     );
     assert!(out.status.success(), "{command}\n{text}\n{}", ns.describe());
     for answer in ["project demo-rejected", "rejected       forbidden-field"] {
-        assert!(text.contains(answer), "{answer:?} not in:\n{command}\n{text}");
+        assert!(
+            text.contains(answer),
+            "{answer:?} not in:\n{command}\n{text}"
+        );
     }
 }
 
-/// NetworkPolicy is enforced (kube-router's controller, started by scripts/cluster.sh), both
+/// NetworkPolicy is enforced (kube-router's controller, scripts/kind/network-policy.yaml), both
 /// ways: the development database admits the executor's pods only (its ingress policy), and
 /// the executor's pods reach only what their egress policy lists (DNS, the database and the API
 /// server, which the run above used: the kubelet's port is not among them). The same two
 /// connections from a pod with the executor's labels and from one without give opposite
-/// results; with the enforcer off (`PE_CLUSTER_NETWORK_POLICY=off`) all four connect and this
+/// results; without the enforcer (`KIND_ADDONS` without it) all four connect and this
 /// fails.
 fn network_policy_admits_the_executor_to_the_database_and_nothing_else(ns: &Namespace) {
     let service = named(ns, "service", "postgresql");
@@ -436,7 +438,7 @@ fn network_policy_admits_the_executor_to_the_database_and_nothing_else(ns: &Name
 }
 
 #[test]
-#[ignore = "needs a cluster: scripts/test.sh cluster"]
+#[ignore = "needs a cluster: scripts/test.sh kind"]
 fn three_shards_run_as_an_indexed_job_and_each_project_is_published_once() {
     let ns = Namespace::new("e2e-shards");
     let (job, summaries) = install_import_publish(&ns, &["--set", "run.shards=3"]);
@@ -477,7 +479,7 @@ fn recovery_memory_limit(ns: &Namespace) -> String {
 }
 
 #[test]
-#[ignore = "needs a cluster: scripts/test.sh cluster"]
+#[ignore = "needs a cluster: scripts/test.sh kind"]
 fn upgrade_rollback_and_uninstall_leave_only_the_claim() {
     let ns = Namespace::new("e2e-life");
     upgrade(&ns, &[]);
@@ -581,42 +583,39 @@ pub(crate) fn named(ns: &Namespace, kind: &str, component: &str) -> String {
     ])
 }
 
-/// Sends SIGNAL to a pod's (first) container's main process from the node, through containerd:
-/// a container's own PID 1 ignores SIGSTOP sent from inside it. This needs the node's PID
-/// namespace and containerd's socket, which `scripts/cluster.sh exec` gives the tests.
+/// Sends SIGNAL to a pod's (first) container's main process from its node, through the
+/// node's container runtime: a container's own PID 1 ignores SIGSTOP sent from inside it.
+/// kind's node is a podman container in the tier's namespaces, so `podman exec` reaches its
+/// PID namespace and its `crictl`.
 fn signal_container(ns: &Namespace, pod: &str, signal: &str) {
-    let id = ns.kubectl(&[
+    let status = ns.kubectl(&[
         "get",
         "pod",
         pod,
         "-o",
-        "jsonpath={.status.containerStatuses[0].containerID}",
+        "jsonpath={.spec.nodeName} {.status.containerStatuses[0].containerID}",
     ]);
+    let (node, id) = status
+        .split_once(' ')
+        .expect("a scheduled pod with a container");
     let id = id
         .strip_prefix("containerd://")
         .expect("a containerd container");
-    let out = std::process::Command::new("ctr")
-        .args([
-            "--address",
-            "/run/containerd/containerd.sock",
-            "-n",
-            "k8s.io",
-            "task",
-            "ls",
-        ])
-        .output()
-        .expect("ctr");
-    let tasks = String::from_utf8_lossy(&out.stdout);
-    let pid = tasks
-        .lines()
-        .find(|l| l.starts_with(id))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .unwrap_or_else(|| panic!("no task {id} in:\n{tasks}"));
-    let status = std::process::Command::new("kill")
-        .args(["-s", signal, pid])
-        .status()
-        .expect("kill");
-    assert!(status.success(), "kill -s {signal} {pid}");
+    let on_node = |args: &[&str]| {
+        let out = std::process::Command::new("podman")
+            .args(["exec", node])
+            .args(args)
+            .output()
+            .expect("podman (scripts/kind.sh exec puts it on PATH)");
+        assert!(out.status.success(), "podman exec {node} {args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let info: Value = serde_json::from_str(&on_node(&["crictl", "inspect", id])).unwrap();
+    let pid = info["info"]["pid"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("no pid for {id} in crictl's answer: {info}"))
+        .to_string();
+    on_node(&["kill", "-s", signal, &pid]);
 }
 
 /// Waits until the Job has created a pod that reached Running, and gives its name.
@@ -641,7 +640,7 @@ pub(crate) fn running_pod_of(ns: &Namespace, job: &str) -> String {
 }
 
 #[test]
-#[ignore = "needs a cluster: scripts/test.sh cluster"]
+#[ignore = "needs a cluster: scripts/test.sh kind"]
 fn a_run_pod_and_the_database_pod_deleted_then_the_sweep_on_its_schedule() {
     let ns = Namespace::new("e2e-faults");
     install_and_import(&ns, &[]);
@@ -799,7 +798,7 @@ fn install_publish_uninstall(prefix: &str, setup: Option<&str>, extra: &[&str]) 
 macro_rules! installed {
     ($($name:ident($prefix:literal, $setup:expr, [$($value:literal),* $(,)?]);)*) => {$(
         #[test]
-        #[ignore = "needs a cluster: scripts/test.sh cluster"]
+        #[ignore = "needs a cluster: scripts/test.sh kind"]
         fn $name() {
             install_publish_uninstall($prefix, $setup, &[$($value),*]);
         }
@@ -841,7 +840,7 @@ installed! {
 /// database Secret) is refused by the API server, while the same Job from another account
 /// passes (the policy binds trigger's account alone).
 #[test]
-#[ignore = "needs a cluster: scripts/test.sh cluster"]
+#[ignore = "needs a cluster: scripts/test.sh kind"]
 fn matrix_trigger_may_create_only_the_templates_jobs() {
     let ns = Namespace::new("m-jobpolicy");
     let (_, summaries) = install_import_publish(&ns, &["--set", "rbac.triggerJobPolicy=true"]);

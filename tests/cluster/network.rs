@@ -1,9 +1,10 @@
-//! No packet leaves the machine. `scripts/cluster.sh` runs the cluster, and these tests, in a
-//! network namespace whose only links are its loopback, the pods' bridge and the pods' veth
-//! pairs, and whose only routes are the node's address and the pods' range: there is no way
-//! out, so a connection to an address outside every range, or to a Service that a missing rule
-//! would leave un-translated, fails at once, from the node and from a pod. A Service with an
-//! endpoint answers, so the rules are there when they should be.
+//! No packet leaves the machine. `scripts/kind.sh` runs kind's node, and these tests, in a
+//! network namespace whose only links are its loopback, the podman bridge the node sits on and
+//! the node's veth pair, and whose only routes are the bridge's range: there is no way out, so
+//! a connection to an address outside every range, or to a Service that a missing rule would
+//! leave un-translated, fails at once, from the node's namespace and from a pod (whose packets
+//! reach the namespace's end of the bridge and find no route on). A Service with an endpoint
+//! answers, so the rules are there when they should be.
 
 use std::io::ErrorKind;
 use std::net::{SocketAddr, TcpStream};
@@ -15,6 +16,13 @@ use package_executor_testkit::cluster::{Namespace, busybox_pod_spec};
 /// TEST-NET-1 (RFC 5737): outside the cluster's ranges and every other.
 const OUTSIDE: &str = "192.0.2.1";
 
+/// The bridge the node sits on (`PE_CLUSTER_BRIDGE`, which `scripts/kind.sh exec` sets).
+fn bridge() -> String {
+    std::env::var("PE_CLUSTER_BRIDGE").unwrap_or_else(|_| {
+        panic!("PE_CLUSTER_BRIDGE is not set: run these tests through `scripts/test.sh kind`")
+    })
+}
+
 fn ip(args: &[&str]) -> String {
     let out = Command::new("ip")
         .args(args)
@@ -25,31 +33,36 @@ fn ip(args: &[&str]) -> String {
 }
 
 #[test]
-#[ignore = "needs a cluster: scripts/test.sh cluster"]
+#[ignore = "needs a cluster: scripts/test.sh kind"]
 fn the_clusters_network_has_no_route_off_the_machine() {
+    let bridge = bridge();
     let routes = ip(&["-4", "route", "show", "table", "all"]);
     for route in routes.lines() {
         assert!(!route.starts_with("default"), "a default route: {routes}");
+        let through = format!(" dev {bridge} ");
         assert!(
-            route.contains(" dev lo ") || route.contains(" dev cni0 "),
-            "a route through another link: {route}\n{routes}"
+            route.contains(" dev lo ") || route.contains(&through),
+            "a route through another link than lo and {bridge}: {route}\n{routes}"
         );
     }
     let links = ip(&["-o", "link", "show"]);
+    let mut veths = 0;
     for link in links.lines() {
         let name = link.split(": ").nth(1).unwrap().split('@').next().unwrap();
         assert!(
-            name == "lo" || name == "cni0" || name.starts_with("veth"),
+            name == "lo" || name == bridge || name.starts_with("veth"),
             "a link that could lead off the machine: {link}"
         );
         if name.starts_with("veth") {
-            // Each veth's peer is a pod's, in a namespace of the cluster's own.
+            veths += 1;
+            // Each veth's peer is a container's, in a namespace of the tier's own.
             assert!(
                 link.contains("link-netns") || link.contains("link-netnsid"),
                 "{link}"
             );
         }
     }
+    assert!(veths >= 1, "no veth: where does the node sit?\n{links}");
     let six = ip(&["-6", "route", "show", "table", "main"]);
     assert!(!six.lines().any(|r| r.starts_with("default")), "{six}");
 }
@@ -71,7 +84,7 @@ fn pod(name: &str, app: &str, script: &str) -> String {
 }
 
 #[test]
-#[ignore = "needs a cluster: scripts/test.sh cluster"]
+#[ignore = "needs a cluster: scripts/test.sh kind"]
 fn connections_out_of_every_range_fail_at_once_from_the_node_and_from_a_pod() {
     let ns = Namespace::new("net-egress");
     // A Service with an endpoint (the positive control), and one with none.
@@ -99,7 +112,7 @@ fn connections_out_of_every_range_fail_at_once_from_the_node_and_from_a_pod() {
         "jsonpath={.spec.clusterIP}",
     ]);
 
-    // From the node: no route to either, and the error comes back at once.
+    // From the node's namespace: no route to either, and the error comes back at once.
     for address in [format!("{OUTSIDE}:80"), format!("{nobody}:80")] {
         let err = connect(&address).expect_err(&address);
         assert_eq!(

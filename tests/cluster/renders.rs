@@ -1,9 +1,9 @@
-//! Every render the chart tests make, judged by the real API server: `scripts/test.sh cluster`
+//! Every render the chart tests make, judged by the real API server: `tests/e2e/kind.sh`
 //! runs the chart tests with `PE_CHART_RENDERS` set (each distinct render, and each Job
 //! `trigger` makes of a rendered recovery template, is kept as a file), then this test creates
 //! each one with a server-side dry run in a namespace that enforces the `restricted` Pod
 //! Security level: validation, defaulting, every admission plugin the cluster runs
-//! (scripts/cluster.sh names them) and Pod Security's warnings for the pod templates of Jobs
+//! (scripts/kind/cluster.yaml names them) and Pod Security's warnings for the pod templates of Jobs
 //! and CronJobs, which it only warns about (it enforces on Pods), so a warning fails too.
 
 use std::path::PathBuf;
@@ -50,7 +50,7 @@ fn create_dry_run(ns: &Namespace, rendered: &str) -> std::process::Output {
 fn renders() -> Vec<PathBuf> {
     let dir = std::env::var_os(helm::RENDERS_ENV).unwrap_or_else(|| {
         panic!(
-            "{} is not set: scripts/test.sh cluster runs the chart tests with it first",
+            "{} is not set: scripts/test.sh kind runs the chart tests with it first",
             helm::RENDERS_ENV
         )
     });
@@ -63,7 +63,7 @@ fn renders() -> Vec<PathBuf> {
 }
 
 #[test]
-#[ignore = "needs a cluster: scripts/test.sh cluster"]
+#[ignore = "needs a cluster: scripts/test.sh kind"]
 fn every_chart_render_passes_the_api_server() {
     let files = renders();
     assert!(files.len() > 20, "only {} renders were kept", files.len());
@@ -104,7 +104,7 @@ fn every_chart_render_passes_the_api_server() {
 /// (`helm::REFUSED_BY_THE_API_SERVER`), rendered without the schema, is refused by the API
 /// server too, so the schema is no stricter than the server on them.
 #[test]
-#[ignore = "needs a cluster: scripts/test.sh cluster"]
+#[ignore = "needs a cluster: scripts/test.sh kind"]
 fn what_the_schema_refuses_the_api_server_refuses() {
     let ns = Namespace::new("refused");
     let mut accepted = Vec::new();
@@ -134,7 +134,7 @@ fn what_the_schema_refuses_the_api_server_refuses() {
 /// addresses to give, and without CIDRs the rule holds those addresses, which NOTES says were
 /// read once.
 #[test]
-#[ignore = "needs a cluster: scripts/test.sh cluster"]
+#[ignore = "needs a cluster: scripts/test.sh kind"]
 fn the_api_servers_cluster_ip_is_refused_as_its_policy_address() {
     let ns = Namespace::new("api-cidrs");
     let cluster_ip = cluster::kubectl(&[
@@ -202,7 +202,7 @@ fn the_api_servers_cluster_ip_is_refused_as_its_policy_address() {
 /// makes of a recovery template are left out: they are that template's pod exactly, judged with
 /// the CronJob that carries its skips.
 #[test]
-#[ignore = "needs a cluster: scripts/test.sh cluster"]
+#[ignore = "needs a cluster: scripts/test.sh kind"]
 fn every_chart_render_passes_checkov() {
     // Not tempfile's default ".tmp…" name: checkov skips folders whose name starts with ".".
     let dir = tempfile::Builder::new()

@@ -58,7 +58,7 @@ fn names() -> Vec<String> {
 }
 
 #[test]
-#[ignore = "needs a cluster: scripts/test.sh cluster"]
+#[ignore = "needs a cluster: scripts/test.sh kind"]
 fn the_name_and_label_rules_say_what_the_api_server_says() {
     let ns = Namespace::new("rules-names");
     let mut disagree = Vec::new();
@@ -95,7 +95,7 @@ fn the_name_and_label_rules_say_what_the_api_server_says() {
 }
 
 #[test]
-#[ignore = "needs a cluster: scripts/test.sh cluster"]
+#[ignore = "needs a cluster: scripts/test.sh kind"]
 fn the_job_and_cron_job_rules_say_what_the_api_server_says() {
     let ns = Namespace::new("rules-jobs");
     let mut disagree = Vec::new();
@@ -140,7 +140,7 @@ fn the_job_and_cron_job_rules_say_what_the_api_server_says() {
 }
 
 #[test]
-#[ignore = "needs a cluster: scripts/test.sh cluster"]
+#[ignore = "needs a cluster: scripts/test.sh kind"]
 fn the_block_owner_deletion_rule_says_what_the_admission_plugin_says() {
     let ns = Namespace::new("rules-owners");
     let template = json!({"spec": busybox_pod_spec("true")});

@@ -5,7 +5,7 @@ use package_executor_testkit::cluster::{self, Namespace, busybox_pod_spec};
 use serde_json::json;
 
 #[test]
-#[ignore = "needs a cluster: scripts/test.sh cluster"]
+#[ignore = "needs a cluster: scripts/test.sh kind"]
 fn the_api_server_is_v1_34_and_every_readiness_check_passes() {
     let version: serde_json::Value =
         serde_json::from_str(&cluster::kubectl(&["version", "-o", "json"])).unwrap();
@@ -34,7 +34,7 @@ fn job(name: &str, spec: serde_json::Value, script: &str) -> String {
 }
 
 #[test]
-#[ignore = "needs a cluster: scripts/test.sh cluster"]
+#[ignore = "needs a cluster: scripts/test.sh kind"]
 fn a_job_completes_and_an_indexed_job_runs_every_index() {
     let ns = Namespace::new("smoke-jobs");
     ns.apply(&job("plain", json!({}), "echo done"));
@@ -52,7 +52,7 @@ fn a_job_completes_and_an_indexed_job_runs_every_index() {
 }
 
 #[test]
-#[ignore = "needs a cluster: scripts/test.sh cluster"]
+#[ignore = "needs a cluster: scripts/test.sh kind"]
 fn a_statefulset_keeps_its_claims_data_across_a_pod_deletion() {
     let ns = Namespace::new("smoke-sts");
     let mut pod = busybox_pod_spec(
@@ -105,7 +105,7 @@ fn a_statefulset_keeps_its_claims_data_across_a_pod_deletion() {
 }
 
 #[test]
-#[ignore = "needs a cluster: scripts/test.sh cluster"]
+#[ignore = "needs a cluster: scripts/test.sh kind"]
 fn cluster_dns_answers_for_services_and_forwards_nothing() {
     let ns = Namespace::new("smoke-dns");
     ns.apply(&job(
@@ -119,4 +119,16 @@ fn cluster_dns_answers_for_services_and_forwards_nothing() {
     assert!(log.contains("Address: 10.96.0.1"), "{log}");
     assert!(!log.contains("OUTSIDE-RESOLVED"), "{log}");
     assert!(log.contains("DONE"), "{log}");
+    // Not resolved because nothing is forwarded, not because a forward found no way out.
+    let corefile = cluster::kubectl(&[
+        "-n",
+        "kube-system",
+        "get",
+        "configmap",
+        "coredns",
+        "-o",
+        "jsonpath={.data.Corefile}",
+    ]);
+    assert!(corefile.contains("kubernetes cluster.local"), "{corefile}");
+    assert!(!corefile.contains("forward"), "{corefile}");
 }

@@ -1,6 +1,6 @@
 //! Upgrades of a running release to a build one migration ahead (`PE_NEXT_IMAGE`: the
 //! `next-schema` feature, whose last migration changes nothing but the schema's version), as
-//! `scripts/test.sh cluster` builds and imports it beside the release's own image:
+//! `scripts/test.sh kind` builds and imports it beside the release's own image:
 //!
 //! - a recovery Job of the older build that is running when the newer migration commits ends
 //!   promptly (it reads the schema's version as it works, and stops with exit 8), the newer
@@ -103,7 +103,7 @@ fn current_demo_1(ns: &Namespace, image: &str, label: &str) -> i64 {
 }
 
 #[test]
-#[ignore = "needs a cluster: scripts/test.sh cluster"]
+#[ignore = "needs a cluster: scripts/test.sh kind"]
 fn an_older_builds_job_ends_when_a_newer_migration_commits_and_nothing_stale_is_served() {
     let ns = Namespace::new("e2e-upgrade");
     let (older, next) = (image(), next_image());
@@ -196,7 +196,7 @@ fn an_older_builds_job_ends_when_a_newer_migration_commits_and_nothing_stale_is_
 /// before this check the rollback succeeded and put the older build back (its recovery
 /// template's image), whose every run then exited 8.
 #[test]
-#[ignore = "needs a cluster: scripts/test.sh cluster"]
+#[ignore = "needs a cluster: scripts/test.sh kind"]
 fn an_atomic_upgrade_is_not_rolled_back_onto_a_build_older_than_the_schema() {
     let ns = Namespace::new("e2e-atomic");
     let (older, next) = (image(), next_image());

@@ -1,7 +1,6 @@
-// Command provisioner serves the test clusters' default StorageClass (a process beside the
-// cluster tier's kubelet; a pod on the kind tier's node, with its service account): each claim gets a
-// folder of its own under --root (the cluster's DIR), world-writable, as kind's default
-// (rancher's local-path-provisioner) makes them. The controller manager's built-in hostPath
+// Command provisioner serves the test cluster's default StorageClass (a pod on the kind node,
+// with its service account): each claim gets a folder of its own under --root, world-writable,
+// as kind's default (rancher's local-path-provisioner) makes them. The controller manager's built-in hostPath
 // provisioner makes its folders 0750 and root-owned, and fsGroup does not apply to hostPath
 // volumes, so a pod that runs as a non-root user (the chart's PostgreSQL, as uid 70) could not
 // write its own claim. Built on sig-storage-lib-external-provisioner, the library every

@@ -36,7 +36,7 @@ pub const POSTGRES: &[Migration] = if cfg!(feature = "next-schema") {
 };
 
 /// Every PostgreSQL migration, the last one a build with the `next-schema` feature's only: a
-/// migration that changes nothing but the version, so that the cluster tier can upgrade a
+/// migration that changes nothing but the version, so that the end-to-end tier can upgrade a
 /// release to a build one migration ahead and watch the older build's Jobs meet the newer
 /// schema (they stop with exit 8; a rollback onto it is refused).
 const POSTGRES_AND_NEXT: &[Migration] = &[

@@ -1,6 +1,6 @@
 //! A Kubernetes cluster as the end-to-end tier drives it: `kubectl` and `helm` against the
-//! cluster `KUBECONFIG` names, whatever made it (`scripts/cluster.sh`, which runs these tests
-//! inside the cluster's own namespaces, or kind). Each test works in a namespace of its own,
+//! cluster `KUBECONFIG` names (the kind cluster `scripts/test.sh kind` brings up and runs these
+//! tests beside, inside its own namespaces, or any other). Each test works in a namespace of its own,
 //! deleted when it ends, so the tests share one cluster.
 
 use std::io::Write;
@@ -14,8 +14,8 @@ use serde_json::Value;
 pub fn kubeconfig() -> String {
     std::env::var("KUBECONFIG").unwrap_or_else(|_| {
         panic!(
-            "KUBECONFIG is not set: run these tests through `scripts/test.sh cluster` (which \
-             starts a cluster with scripts/cluster.sh), or point KUBECONFIG at a cluster"
+            "KUBECONFIG is not set: run these tests through `scripts/test.sh kind` (which \
+             starts a kind cluster with scripts/kind.sh), or point KUBECONFIG at a cluster"
         )
     })
 }
@@ -57,7 +57,7 @@ fn run_output(tool: &str, args: &[&str], stdin: Option<&str>) -> Output {
         .stderr(Stdio::piped());
     let mut child = command
         .spawn()
-        .unwrap_or_else(|e| panic!("{tool}: {e}; scripts/cluster.sh exec puts it on PATH"));
+        .unwrap_or_else(|e| panic!("{tool}: {e}; scripts/kind.sh exec puts it on PATH"));
     if let Some(input) = stdin {
         child
             .stdin
@@ -202,7 +202,7 @@ impl Drop for Namespace {
 }
 
 /// The image the tests' helper pods run: busybox (Debian's static build), which
-/// `scripts/cluster.sh up` imports.
+/// the kind node image holds (scripts/kind.sh).
 pub const BUSYBOX: &str = "example.local/busybox:1";
 
 /// A pod spec that runs SCRIPT with busybox's `sh` once, and passes the `restricted` Pod

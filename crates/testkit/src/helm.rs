@@ -107,7 +107,7 @@ pub fn checkov(target: &Path) -> (serde_json::Value, Vec<String>) {
 }
 
 /// The folder the chart tests keep their renders in when `PE_CHART_RENDERS` names one: the
-/// cluster tier runs them with it set, then puts every render through the real API server
+/// end-to-end tier runs them with it set, then puts every render through the real API server
 /// (`tests/cluster/renders.rs`).
 pub const RENDERS_ENV: &str = "PE_CHART_RENDERS";
 
@@ -165,7 +165,7 @@ pub fn alert_rules() -> (serde_json::Value, serde_json::Value) {
 
 /// Values the chart's schema refuses because the API server would refuse what they render
 /// (issue 51, defect 5: every value the schema accepts must give objects the API server
-/// accepts). The chart tests check that the schema refuses each; the cluster tier renders each
+/// accepts). The chart tests check that the schema refuses each; the end-to-end tier renders each
 /// without the schema and checks that the API server refuses it too, so no entry of the
 /// schema is stricter than the server on these.
 pub const REFUSED_BY_THE_API_SERVER: &[&str] = &[
@@ -199,7 +199,7 @@ pub const REFUSED_BY_THE_API_SERVER: &[&str] = &[
 
 /// Values the schema refuses although the API server would accept what they render: names and
 /// keys no Secret or ConfigMap can have (the server checks the reference's shape only where it
-/// creates the object), so the pod would wait for ever. Found by the cluster tier's check of
+/// creates the object), so the pod would wait for ever. Found by the end-to-end tier's check of
 /// the list above.
 pub const REFUSED_AS_NAMES_NOTHING_CAN_HAVE: &[&str] = &[
     "imagePullSecrets[0].name=Bad_Name",

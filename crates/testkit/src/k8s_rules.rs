@@ -6,7 +6,7 @@
 //! Sources are kubernetes/kubernetes and helm/helm at their current main; the rule is quoted in
 //! the doc comment of the function that checks it.
 //!
-//! This is the fast tier's model, for a machine without a cluster. The cluster tier judges every
+//! This is the fast tier's model, for a machine without a cluster. The end-to-end tier judges every
 //! render with the real API server instead (`tests/cluster/renders.rs`), and holds each rule
 //! here that the server enforces to what the server says on the same objects
 //! (`tests/cluster/rules.rs`: the name and label rules, [`job_name`], [`cron_job`]'s name, and

@@ -1074,7 +1074,7 @@ fn the_memory_limit_is_the_stated_bound() {
 /// bound (a limit under the bound is refused, naming what to lower instead); a request given
 /// alone raises the limit with it; a request above its limit anywhere (run pods, migration,
 /// hook, development database) is refused at render time. The renders that pass are judged by
-/// the API server in the cluster tier.
+/// the API server in the end-to-end tier.
 #[test]
 fn no_request_exceeds_its_limit() {
     let memory = |values: &[&str]| {
@@ -1503,7 +1503,7 @@ fn the_chart_installs_as_a_subchart() {
 /// Service, a StatefulSet and Indexed Jobs names the API server refuses. Every name the chart
 /// makes is now a DNS-1035 label (the chart's own convention, the strictest the API asks of
 /// any of them), whatever the release name or override; the API server judges these renders in
-/// the cluster tier. fullnameOverride replaces the base of every name.
+/// the end-to-end tier. fullnameOverride replaces the base of every name.
 #[test]
 fn every_name_is_a_dns_1035_label_whatever_the_release_name() {
     let label = |name: &str| {
@@ -1613,7 +1613,7 @@ fn notes(values: &[&str]) -> String {
 /// makes.
 /// Issue 51, defect 8: the `kubectl run` commands the NOTES and the manifests' header give
 /// made pods without the chart's labels, which the development database's NetworkPolicy turns
-/// away. Each now carries the labels that policy admits (`pe.selector`); the cluster tier runs
+/// away. Each now carries the labels that policy admits (`pe.selector`); the end-to-end tier runs
 /// the NOTES' command itself.
 #[test]
 fn the_kubectl_run_commands_we_give_carry_the_labels_the_network_policy_admits() {
@@ -1644,7 +1644,7 @@ fn the_kubectl_run_commands_we_give_carry_the_labels_the_network_policy_admits()
 }
 
 /// Issue 51, defect 5: each value of `helm::REFUSED_BY_THE_API_SERVER` renders objects the API
-/// server refuses (the cluster tier shows it), and the schema now refuses it first, naming the
+/// server refuses (the end-to-end tier shows it), and the schema now refuses it first, naming the
 /// value; the values the chart's other tests render (and the server accepts) pass.
 #[test]
 fn the_schema_refuses_what_the_api_server_refuses() {
@@ -2154,7 +2154,7 @@ fn the_usual_knobs_reach_their_objects() {
 /// migration committed rolled the image back onto the newer schema. Helm runs the hooks of the
 /// release it rolls back to, so each release carries a pre-rollback hook in which its own
 /// image asks whether it can run on the database's schema (`migrate --check`, as the executor,
-/// read only): a newer schema fails the hook and the rollback. The cluster tier rolls back onto
+/// read only): a newer schema fails the hook and the rollback. The end-to-end tier rolls back onto
 /// a newer schema for real (tests/cluster/upgrade.rs).
 #[test]
 fn a_rollback_first_checks_the_schema_with_the_image_it_rolls_back_to() {
@@ -2189,7 +2189,7 @@ fn a_rollback_first_checks_the_schema_with_the_image_it_rolls_back_to() {
 /// The wrong-but-harmless item "the trigger account able to mount any Secret": an account that
 /// may create Jobs may run any pod. With `rbac.triggerJobPolicy` the chart adds an admission
 /// policy (the API server's ValidatingAdmissionPolicy) that lets trigger's account create only
-/// Jobs whose pod is the recovery template's, the CronJob being its parameter; the cluster tier
+/// Jobs whose pod is the recovery template's, the CronJob being its parameter; the end-to-end tier
 /// shows the server refusing any other (tests/cluster/chart.rs). Off by default: it is
 /// cluster-scoped, which a namespace's tenant may not install.
 #[test]

@@ -306,7 +306,7 @@ fn sigterm_off_a_terminal_ends_a_sqlite_run_that_meets_a_locked_file() {
 /// connection and never answers) ends it at once, before it takes any work: exit 3 and its
 /// summary. Signals are watched from the start: in a container the executor is PID 1, for
 /// which the kernel has no default action on SIGTERM, and a stop lost there let a pod told to
-/// end go on to build (found on the cluster tier, `tests/cluster/chart.rs`).
+/// end go on to build (found on the end-to-end tier, `tests/cluster/chart.rs`).
 #[test]
 fn sigterm_while_the_run_connects_ends_it_before_any_work() {
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
