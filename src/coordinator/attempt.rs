@@ -137,31 +137,66 @@ pub(super) fn replayed(snapshot: &Snapshot, replay: Replay) -> Step {
     }
 }
 
-/// Whether a read may wait for memory: a lone attempt waits, holding nothing else; a batch's
-/// reads never wait, since the batch holds memory for the projects it has built (see
-/// [`Prepared::NoRoom`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Room {
-    /// Wait for the budget.
-    Wait,
-    /// Take it now or give way.
-    Now,
+/// Whether a read may wait for memory, as a type: a lone attempt waits ([`Wait`]), holding
+/// nothing else; a batch's reads never wait ([`Now`]), since the batch holds memory for the
+/// projects it has built. A read that finds no room gives [`Room::Short`] instead: [`NoRoom`] in
+/// a batch, and nothing at all for a project alone (`Infallible`: it is always decided).
+pub(super) trait Room: Copy + Send + Sync {
+    /// What a read that found no room now gives instead of its reservation.
+    type Short: Send;
+    /// Whether the reads wait for the budget.
+    const WAITS: bool;
+    /// `bytes` of the budget: waited for, or taken now if free.
+    fn hold(
+        self,
+        budget: &MemoryBudget,
+        bytes: u64,
+    ) -> impl Future<Output = Result<Reservation, Self::Short>> + Send;
+    /// What a project past its batch's observation cap gives (the store opens a batch's first
+    /// project whole, so a project alone is never past it).
+    fn deferred(self) -> Result<(), Self::Short>;
+}
+
+/// A project alone: its reads wait for the budget, holding nothing else.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Wait;
+
+/// A batch: its reads take the budget now or give way.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Now;
+
+/// A batch's project whose reads found no room now (or that came past the batch's observation
+/// cap): nothing of it was decided, and the batch closes before it.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct NoRoom;
+
+impl Room for Wait {
+    type Short = std::convert::Infallible;
+    const WAITS: bool = true;
+    async fn hold(self, budget: &MemoryBudget, bytes: u64) -> Result<Reservation, Self::Short> {
+        Ok(budget.reserve(bytes).await)
+    }
+    fn deferred(self) -> Result<(), Self::Short> {
+        Ok(())
+    }
+}
+
+impl Room for Now {
+    type Short = NoRoom;
+    const WAITS: bool = false;
+    async fn hold(self, budget: &MemoryBudget, bytes: u64) -> Result<Reservation, Self::Short> {
+        budget.try_reserve(bytes).ok_or(NoRoom)
+    }
+    fn deferred(self) -> Result<(), Self::Short> {
+        Err(NoRoom)
+    }
 }
 
 /// How an attempt's reads go: whether they may wait for the budget, and the readings its batch
 /// keeps (see `readings.rs`).
-pub(super) struct Reads<'r> {
-    pub(super) room: Room,
+pub(super) struct Reads<'r, R> {
+    pub(super) room: R,
     pub(super) readings: &'r mut Readings,
-}
-
-impl Room {
-    async fn hold(self, budget: &MemoryBudget, bytes: u64) -> Option<Reservation> {
-        match self {
-            Room::Wait => Some(budget.reserve(bytes).await),
-            Room::Now => budget.try_reserve(bytes),
-        }
-    }
 }
 
 /// What an opened project comes to before its outcome is written.
@@ -185,80 +220,79 @@ pub(super) enum Prepared {
         first: Vec<ObservedHead>,
         mark: Option<i64>,
     },
-    /// Its revisions did not fit the memory free now ([`Room::Now`]): nothing was decided.
-    NoRoom,
 }
 
 /// Takes an opened project as far as it goes without writing: an outcome read from the
-/// opening, or a build from its revisions.
-pub(super) async fn prepare(
+/// opening, or a build from its revisions; the room's [`Room::Short`] when its reads found no
+/// room now.
+pub(super) async fn prepare<R: Room>(
     a: &mut Attempt<'_>,
     budget: &MemoryBudget,
     project_id: &str,
     mut opening: Opening,
-    reads: Reads<'_>,
+    reads: Reads<'_, R>,
     limit: Option<Duration>,
-) -> Result<Prepared, StoreError> {
+) -> Result<Result<Prepared, R::Short>, StoreError> {
     if !opening.claimed {
-        return Ok(Prepared::Retry(Step::Retry(
+        return Ok(Ok(Prepared::Retry(Step::Retry(
             Unresolved::ClaimedElsewhere,
             "another replica holds this project's claim".into(),
-        )));
+        ))));
     }
     // Past its batch's observation cap: the batch closes before it, and the next one takes it.
-    if opening.deferred {
-        return Ok(Prepared::NoRoom);
+    if opening.deferred
+        && let Err(short) = reads.room.deferred()
+    {
+        return Ok(Err(short));
     }
     // A final outcome clears the project's mark, if it still holds the version read now.
     let mark = opening.mark;
     // Deleted since it was listed: no snapshot is ever stored for a project id without a
     // project row (its deletion took its mark; one read before that is cleared all the same).
     if opening.vanished {
-        return Ok(Prepared::Read(Step::Done(Outcome::Vanished), mark));
+        return Ok(Ok(Prepared::Read(Step::Done(Outcome::Vanished), mark)));
     }
     if let Some(snapshot_digest) = opening.current {
-        return Ok(Prepared::Read(
+        return Ok(Ok(Prepared::Read(
             Step::Done(Outcome::AlreadyCurrent {
                 snapshot_digest: Some(snapshot_digest),
             }),
             mark,
-        ));
+        )));
     }
     let first = std::mem::take(&mut opening.heads);
     if let Some(detail) = not_active(&first) {
-        return Ok(Prepared::Retry(Step::Retry(
+        return Ok(Ok(Prepared::Retry(Step::Retry(
             Unresolved::GenerationDrift,
             detail,
-        )));
+        ))));
     }
     let builder = SnapshotBuilder::new(project_id, heads(&first));
     let vector = builder.vector_digest().clone();
     if let Some(r) = opening.rejections.get(&vector) {
-        return Ok(Prepared::Read(
+        return Ok(Ok(Prepared::Read(
             Step::Done(Outcome::Rejected {
                 code: r.reason.clone(),
                 detail: r.detail.clone(),
             }),
             mark,
-        ));
+        )));
     }
     let inline = std::mem::take(&mut opening.inline);
-    Ok(
-        match build(a, budget, builder, &opening.lengths, inline, reads, limit).await? {
-            None => Prepared::NoRoom,
-            Some(Ok(snapshot)) => Prepared::Planned {
-                snapshot,
-                first,
-                mark,
-            },
-            Some(Err(rejection)) => Prepared::Rejected {
-                rejection,
-                vector,
-                first,
-                mark,
-            },
+    let built = build(a, budget, builder, &opening.lengths, inline, reads, limit).await?;
+    Ok(built.map(|built| match built {
+        Ok(snapshot) => Prepared::Planned {
+            snapshot,
+            first,
+            mark,
         },
-    )
+        Err(rejection) => Prepared::Rejected {
+            rejection,
+            vector,
+            first,
+            mark,
+        },
+    }))
 }
 
 /// Revisions at least this large are parsed off the async thread, so that one big revision
@@ -363,17 +397,17 @@ fn next_load(
 /// is fetched. `lengths` are the stored lengths read with the first observation (never the
 /// bytes). The checks run head by head in vector order exactly as if each revision were read
 /// alone, so the first failure is the same. Ends with the planned snapshot or the rejection.
-async fn build(
+async fn build<R: Room>(
     a: &mut Attempt<'_>,
     budget: &MemoryBudget,
     mut builder: SnapshotBuilder,
     lengths: &HashMap<String, StoredLength>,
     mut inline: HashMap<String, Vec<u8>>,
-    mut reads: Reads<'_>,
+    mut reads: Reads<'_, R>,
     limit: Option<Duration>,
-) -> Result<Option<Result<Snapshot, Rejection>>, StoreError> {
+) -> Result<Result<Result<Snapshot, Rejection>, R::Short>, StoreError> {
     if let Err(r) = builder.check_project() {
-        return Ok(Some(Err(r)));
+        return Ok(Ok(Err(r)));
     }
     let heads = builder.heads().len();
     let (mut next, mut total) = (0, 0);
@@ -402,40 +436,40 @@ async fn build(
             [(i, approved, digest)] if need > LOAD_BYTES => {
                 let head = (*i, approved.as_slice(), digest.as_str());
                 match read_in_slices(a, budget, builder, head, need, &mut reads, limit).await? {
-                    Some(read) => read,
-                    None => return Ok(None),
+                    Ok(read) => read,
+                    Err(short) => return Ok(Err(short)),
                 }
             }
             _ => match read_together(a, budget, builder, load, need, &mut reads, limit).await? {
-                Some(read) => read,
-                None => return Ok(None),
+                Ok(read) => read,
+                Err(short) => return Ok(Err(short)),
             },
         };
         total += need;
         if let Err(r) = added {
-            return Ok(Some(Err(r)));
+            return Ok(Ok(Err(r)));
         }
         if let Some(r) = failed {
-            return Ok(Some(Err(r)));
+            return Ok(Ok(Err(r)));
         }
     }
     cpu(total >= OFFLOAD_BYTES as u64, move || builder.finish())
         .await
-        .map(Some)
+        .map(Ok)
 }
 
 /// One large revision, `need` stored bytes, read slice by slice into a [`RevisionStream`]. The
 /// budget holds what is really in memory: a slice or two on PostgreSQL; on SQLite also the whole
 /// value SQLite loads to cut each slice.
-async fn read_in_slices(
+async fn read_in_slices<R: Room>(
     a: &mut Attempt<'_>,
     budget: &MemoryBudget,
     builder: SnapshotBuilder,
     (i, approved, digest): (usize, &[String], &str),
     need: u64,
-    reads: &mut Reads<'_>,
+    reads: &mut Reads<'_, R>,
     limit: Option<Duration>,
-) -> Result<Option<(SnapshotBuilder, Result<(), Rejection>)>, StoreError> {
+) -> Result<Result<Read, R::Short>, StoreError> {
     // What is held while a slice is parsed: on PostgreSQL the driver's read buffer, which the
     // row borrows (up to two slices while it grows); on SQLite the whole value SQLite loaded to
     // cut the slice, the slice and its copy in the row.
@@ -443,8 +477,9 @@ async fn read_in_slices(
         Dialect::Postgres => (SLICE_BYTES_PG, 2 * SLICE_BYTES_PG.min(need)),
         Dialect::Sqlite => (SLICE_BYTES_SQLITE, need + 2 * SLICE_BYTES_SQLITE.min(need)),
     };
-    let Some(_reservation) = reads.room.hold(budget, held + parse_held(need)).await else {
-        return Ok(None);
+    let _reservation = match reads.room.hold(budget, held + parse_held(need)).await {
+        Ok(reservation) => reservation,
+        Err(short) => return Ok(Err(short)),
     };
     let package = builder.heads()[i].package_name.clone();
     let mut stream = RevisionStream::new(&package, approved);
@@ -476,21 +511,22 @@ async fn read_in_slices(
         (builder, added)
     })
     .await
-    .map(Some)
+    .map(Ok)
 }
 
 /// Several revisions (together at most [`LOAD_BYTES`], or one that fits) in one statement.
-async fn read_together(
+async fn read_together<R: Room>(
     a: &mut Attempt<'_>,
     budget: &MemoryBudget,
     builder: SnapshotBuilder,
     load: Vec<(usize, Vec<String>, String)>,
     need: u64,
-    reads: &mut Reads<'_>,
+    reads: &mut Reads<'_, R>,
     limit: Option<Duration>,
-) -> Result<Option<(SnapshotBuilder, Result<(), Rejection>)>, StoreError> {
-    let Some(_reservation) = reads.room.hold(budget, need + parse_held(need)).await else {
-        return Ok(None);
+) -> Result<Result<Read, R::Short>, StoreError> {
+    let _reservation = match reads.room.hold(budget, need + parse_held(need)).await {
+        Ok(reservation) => reservation,
+        Err(short) => return Ok(Err(short)),
     };
     // A revision the batch has already read for an earlier project is not fetched again.
     let unread: Vec<&(usize, Vec<String>, String)> = load
@@ -508,10 +544,12 @@ async fn read_together(
             "revision {d} vanished while read"
         )));
     }
-    feed(builder, load, revisions, reads.readings)
-        .await
-        .map(Some)
+    feed(builder, load, revisions, reads.readings).await.map(Ok)
 }
+
+/// A load read and fed: the builder, and whether its heads were added or which rejection
+/// stopped them.
+type Read = (SnapshotBuilder, Result<(), Rejection>);
 
 /// Revision bytes as a load holds them: borrowed from the rows they came in, or owned.
 trait Held: Send + 'static {
@@ -537,7 +575,7 @@ async fn feed<R: Held>(
     load: Vec<(usize, Vec<String>, String)>,
     revisions: HashMap<String, R>,
     readings: &mut Readings,
-) -> Result<(SnapshotBuilder, Result<(), Rejection>), StoreError> {
+) -> Result<Read, StoreError> {
     let bytes: usize = revisions
         .values()
         .map(|r| r.held().map_or(0, <[u8]>::len))

@@ -14,7 +14,7 @@
 //! the planned snapshots) until it ends, so its reads never wait for the budget: a project
 //! whose revisions or snapshot do not fit what is free now closes the batch before it, and
 //! starts the next one (alone, if it was the first: see [`Crew::process_batch`]). A project
-//! alone holds nothing else, so its reads wait for the budget ([`Room::Wait`]).
+//! alone holds nothing else, so its reads wait for the budget ([`Wait`]).
 //!
 //! [`Crew::process_batch`]: super::crew::Crew::process_batch
 
@@ -26,28 +26,28 @@ use crate::store::{
 };
 
 use super::attempt::{
-    INLINE_BYTES, Prepared, Readings, Reads, Room, Step, drift, inline_reservation, prepare,
-    published, rejected, replayed,
+    INLINE_BYTES, NoRoom, Now, Prepared, Readings, Reads, Room, Step, Wait, drift,
+    inline_reservation, prepare, published, rejected, replayed,
 };
 use super::budget::{MemoryBudget, Reservation};
 
-/// Runs one attempt over `projects` on a worker's session, in one transaction. `Ok` with the
-/// steps of the batch's first projects, in order: fewer than `projects` when the batch closed
-/// early for memory (none when the first project's revisions did not fit what is free now);
-/// the rest were not decided and nothing of them was written. `Err` when a statement failed
-/// for a cause that is no one project's outcome (or the commit failed): nothing of the batch
-/// was written, and the caller tries each project alone. `share` is the most the batch's
-/// planned snapshots may hold of the budget.
+/// Runs one attempt over `projects` on a worker's session, in one transaction. `Ok(Ok(_))`
+/// with the steps of the batch's first projects, in order: fewer than `projects` when the batch
+/// closed early for memory; the rest were not decided and nothing of them was written.
+/// `Ok(Err(NoRoom))` when not even the first project's revisions fit what is free now: nothing
+/// was decided or written. `Err` when a statement failed for a cause that is no one project's
+/// outcome (or the commit failed): nothing of the batch was written, and the caller tries each
+/// project alone. `share` is the most the batch's planned snapshots may hold of the budget.
 pub(super) async fn attempt_batch(
     session: &mut Session,
     budget: &MemoryBudget,
     projects: &[String],
     share: u64,
-) -> Result<Batched, StoreError> {
+) -> Result<Result<Batched, NoRoom>, StoreError> {
     let limit = session.answer_timeout();
     tracing::debug!(projects = projects.len(), "batch attempt started");
     session
-        .transaction(async |a| attempt_set(a, budget, projects, share, Room::Now, limit).await)
+        .transaction(async |a| attempt_set(a, budget, projects, share, Now, limit).await)
         .await
 }
 
@@ -62,18 +62,18 @@ pub(super) async fn attempt_alone(
     tracing::debug!(project_id, "attempt started");
     let projects = [project_id.to_owned()];
     // Its first snapshot is held whatever the budget, as any batch's first is.
-    let batched = session
-        .transaction(async |a| attempt_set(a, budget, &projects, u64::MAX, Room::Wait, limit).await)
+    let Ok(batched) = session
+        .transaction(async |a| attempt_set(a, budget, &projects, u64::MAX, Wait, limit).await)
         .await?;
-    batched.steps.into_iter().next().ok_or_else(|| {
-        StoreError::Other("a project alone was not decided; this is a bug, please report it".into())
-    })
+    Ok(batched.first)
 }
 
-/// What a batch decided.
+/// What a batch decided: its first project always, and as many after it as fit.
 pub(super) struct Batched {
-    /// The steps of the batch's first projects, in order.
-    pub(super) steps: Vec<Step>,
+    /// The first project's step.
+    pub(super) first: Step,
+    /// The steps of the projects after it that the batch decided, in order.
+    pub(super) rest: Vec<Step>,
     /// Heads that took a revision the batch had already read for an earlier project (see
     /// `readings.rs`).
     pub(super) reused_revisions: u64,
@@ -96,15 +96,16 @@ struct Entry {
 }
 
 /// Open all, build each, finish all (see the module's documentation); `room` says whether the
-/// reads may wait for the budget, which only a project alone may ([`Room::Wait`]).
-async fn attempt_set(
+/// reads may wait for the budget, which only a project alone may ([`Wait`]). The room's
+/// [`Room::Short`] when not even the first project's reads found room: nothing was decided.
+async fn attempt_set<R: Room>(
     a: &mut Attempt<'_>,
     budget: &MemoryBudget,
     projects: &[String],
     share: u64,
-    room: Room,
+    room: R,
     limit: Option<Duration>,
-) -> Result<(Batched, bool), StoreError> {
+) -> Result<(Result<Batched, R::Short>, bool), StoreError> {
     // Revisions come with the opening only if the memory for all of them is free now. A
     // project's cap shrinks with the batch so that the whole batch's fit half the worker's
     // share (most projects' revisions are a few KiB: a large batch of them still comes
@@ -116,13 +117,20 @@ async fn attempt_set(
     // times, reserved before they are read; when that is not free now, only the first
     // project's (which the memory bound counts per worker) and the batch closes after it. A
     // project alone is that first project, and reserves nothing for it.
-    let alone = room == Room::Wait;
+    let alone = R::WAITS;
     let observed_cap = if alone { 0 } else { share / 8 };
     let mut observed_memory = (!alone)
         .then(|| budget.try_reserve(OBSERVED_COPIES * observed_cap))
         .flatten();
     let observed_cap = observed_memory.as_ref().map_or(0, |_| observed_cap);
     let openings = answered(limit, a.open_batch(projects, cap, observed_cap)).await?;
+    if openings.len() != projects.len() {
+        return Err(StoreError::Other(format!(
+            "the store opened {} of the {} projects asked",
+            openings.len(),
+            projects.len()
+        )));
+    }
     if let Some(reserved) = observed_memory.as_mut() {
         let observed: u64 = openings.iter().map(|o| o.observed_bytes).sum();
         reserved.shrink_to(OBSERVED_COPIES * observed);
@@ -153,20 +161,17 @@ async fn attempt_set(
     let _observed_memory = observed_memory;
     let mut held = 0;
     for (project_id, opening) in projects.iter().zip(openings) {
-        let prepared = prepare(
-            a,
-            budget,
-            project_id,
-            opening,
-            Reads {
-                room,
-                readings: &mut readings,
-            },
-            limit,
-        )
-        .await?;
+        let reads = Reads {
+            room,
+            readings: &mut readings,
+        };
+        let prepared = match prepare(a, budget, project_id, opening, reads, limit).await? {
+            Ok(prepared) => prepared,
+            // Nothing decided, nothing to write: the caller takes the first project alone.
+            Err(short) if entries.is_empty() => return Ok((Err(short), false)),
+            Err(_) => break,
+        };
         let snapshot_memory = match &prepared {
-            Prepared::NoRoom => break,
             Prepared::Planned { snapshot, .. } => {
                 // The document, the driver's copy of it in the last statement's arguments and
                 // that statement's write buffer, until the batch ends. A batch's first
@@ -216,17 +221,22 @@ async fn attempt_set(
     for (entry, f) in entries.into_iter().zip(by_entry) {
         steps.push(step_of(a, entry.prepared, f, limit).await?);
     }
+    let mut steps = steps.into_iter();
+    let first = steps.next().ok_or_else(|| {
+        StoreError::Other("a batch decided none of its projects, not even the first".into())
+    })?;
     let batched = Batched {
-        steps,
+        first,
+        rest: steps.collect(),
         reused_revisions: reused,
     };
-    Ok((batched, commit))
+    Ok((Ok(batched), commit))
 }
 
 /// What a prepared project asks of the batch's last statement, if anything.
 fn finishing<'s>(project_id: &'s str, prepared: &'s Prepared) -> Option<Finishing<'s>> {
     let (mark, write) = match prepared {
-        Prepared::Retry(_) | Prepared::NoRoom => return None,
+        Prepared::Retry(_) => return None,
         Prepared::Read(_, None) => return None,
         Prepared::Read(_, mark) => (*mark, Write::Nothing),
         Prepared::Planned {
@@ -280,7 +290,6 @@ async fn step_of(
     }
     Ok(match prepared {
         Prepared::Retry(step) | Prepared::Read(step, _) => step,
-        Prepared::NoRoom => unreachable_no_room(),
         Prepared::Rejected {
             rejection, first, ..
         } => match drifted(&first, &finished) {
@@ -308,14 +317,4 @@ async fn step_of(
             }
         }
     })
-}
-
-/// A batch ends before a project that found no room, so no step is asked of one.
-fn unreachable_no_room() -> Step {
-    Step::Retry(
-        Unresolved::Database,
-        "a batch asked the outcome of a project it did not build; this is a bug, please \
-         report it"
-            .into(),
-    )
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use backon::{BackoffBuilder, ExponentialBuilder};
 use tokio::sync::{Mutex, mpsc};
 
-use super::attempt::{Step, attempt};
+use super::attempt::{NoRoom, Step, attempt};
 use super::batch::attempt_batch;
 use super::{MemoryBudget, RunSettings, Stop};
 use crate::report::{Outcome, Unresolved};
@@ -170,18 +170,18 @@ impl Crew {
                 }
             };
             let steps = match tried {
-                Ok(b) if b.steps.is_empty() => {
+                Ok(Err(NoRoom)) => {
                     // Not even the first project's revisions fit what is free now: it waits
                     // for the budget alone, holding nothing else.
                     out[rest[0]] = self.process(session, &names[0]).await;
                     rest = &rest[1..];
                     continue;
                 }
-                Ok(b) => {
+                Ok(Ok(b)) => {
                     self.batches
                         .reused_revisions
                         .fetch_add(b.reused_revisions, Ordering::Relaxed);
-                    b.steps
+                    std::iter::once(b.first).chain(b.rest).collect::<Vec<_>>()
                 }
                 Err(e) => {
                     self.batches.failed.fetch_add(1, Ordering::Relaxed);

@@ -15,7 +15,7 @@
 //! digest names, whoever reads them. Each kept reading holds its size against the memory
 //! budget, taken without waiting; one that does not fit is not kept, and its next head reads
 //! the revision again. A batch never waits for the budget while it holds readings (its reads
-//! take `Room::Now`), so it cannot wait on itself. A project alone keeps none: its reads wait
+//! take `Now`), so it cannot wait on itself. A project alone keeps none: its reads wait
 //! for the budget.
 //!
 //! What still comes more than once: revisions small enough to come with the opening come with
