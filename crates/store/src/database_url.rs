@@ -39,7 +39,7 @@ impl DatabaseUrl {
         &self.text
     }
 
-    /// What may be said of it ([`crate::describe`]).
+    /// What may be said of it: its dialect, host, port and database, never a secret.
     pub fn describe(&self) -> String {
         crate::describe(&self.text)
     }

@@ -36,7 +36,7 @@ pub use dialect::{Dialect, Statement};
 pub use error::StoreError;
 use primary::PgTarget;
 pub use redact::{redact, redact_text};
-pub use secrets::describe;
+use secrets::describe;
 pub use sqlite_file::{COMPANION_SUFFIXES, SqliteUse, file_of as sqlite_file_of};
 /// The PostgreSQL pending-project query text (for benchmarks and EXPLAIN).
 pub const PENDING_PAGE_SQL: &str = sql::PENDING_PAGE_PG.text(Dialect::Postgres);

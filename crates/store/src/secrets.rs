@@ -147,7 +147,7 @@ fn spellings_of(secret: &str) -> Vec<String> {
 /// What may be said of a database URL: `PostgreSQL at HOST:PORT, database DB, user USER` (each
 /// host of a multi-host URL), or `the SQLite file PATH`, built from the parsed URL. A URL that
 /// does not parse is described as such, without its text.
-pub fn describe(url: &str) -> String {
+pub(crate) fn describe(url: &str) -> String {
     match crate::Dialect::of_url(url) {
         Some(crate::Dialect::Sqlite) => {
             format!("the SQLite file {}", crate::sqlite_file::path_in(url).0)
