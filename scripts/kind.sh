@@ -191,7 +191,11 @@ rootfs_image() {
   image=localhost/pe-kind-rootfs:$key
   if ! inside podman image exists "$image"; then
     work=$(mktemp -d "${TMPDIR:-/tmp}/pe-kind-rootfs.XXXXXX")
-    mirror=$(sed -n 's/^URIs: *\(http[^ ]*debian\)$/\1/p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -n 1)
+    # The machine's own mirror, from its apt sources (deb822 or one-line), the first one that
+    # serves the main archive (not the security one).
+    mirror=$( { sed -n 's/^URIs: *//p' /etc/apt/sources.list.d/*.sources 2>/dev/null | tr ' ' '\n'
+      sed -n 's/^deb \(\[[^]]*\] \)\{0,1\}\([^ ]*\) .*/\2/p' /etc/apt/sources.list \
+        /etc/apt/sources.list.d/*.list 2>/dev/null; } | grep -v -- '-security' | grep '^http' | head -n 1)
     mirror=${mirror:-http://deb.debian.org/debian}
     echo "debootstrap of the kind node's root from $mirror (a few minutes, once)" >&2
     if ! nice -n 19 debootstrap --variant=minbase --include="$ROOTFS_PACKAGES" \
