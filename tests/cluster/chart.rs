@@ -832,6 +832,28 @@ installed! {
         "tolerations[0].operator=Exists",
         "tolerations[0].effect=NoSchedule",
     ]);
+    // A platform's overlay (issue 81): its pods run the init container, mount the volume and
+    // read the (optional) ConfigMap's variables, and still publish.
+    matrix_extension_points("m-ext", None, [
+        "envFrom[0].configMapRef.name=platform-env",
+        "envFrom[0].configMapRef.optional=true",
+        "extraVolumes[0].name=scratch",
+        "extraVolumes[0].emptyDir.sizeLimit=16Mi",
+        "extraVolumeMounts[0].name=scratch",
+        "extraVolumeMounts[0].mountPath=/scratch",
+        "initContainers[0].name=ready",
+        "initContainers[0].image=example.local/busybox:1",
+        "initContainers[0].imagePullPolicy=Never",
+        "initContainers[0].command[0]=true",
+        "initContainers[0].securityContext.allowPrivilegeEscalation=false",
+        "initContainers[0].securityContext.capabilities.drop[0]=ALL",
+        "initContainers[0].resources.requests.cpu=10m",
+        "initContainers[0].resources.requests.memory=8Mi",
+        "initContainers[0].resources.limits.memory=16Mi",
+        "topologySpreadConstraints[0].maxSkew=1",
+        "topologySpreadConstraints[0].topologyKey=kubernetes.io/hostname",
+        "topologySpreadConstraints[0].whenUnsatisfiable=ScheduleAnyway",
+    ]);
 }
 
 /// `rbac.triggerJobPolicy`: the publication's Job, which trigger makes from the template, passes

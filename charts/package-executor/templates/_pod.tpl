@@ -160,6 +160,7 @@ terminationGracePeriodSeconds: {{ .Values.run.terminationGracePeriodSeconds }}
 {{- include "pe.podExtras" (dict "root" . "workload" "run") }}
 securityContext:
   {{- toYaml .Values.podSecurityContext | nindent 2 }}
+{{- include "pe.initContainers" . }}
 containers:
   - name: executor
     image: {{ include "pe.image" . }}
@@ -221,19 +222,18 @@ containers:
       {{- with (include "pe.tlsEnv" (dict "root" . "cert" .Values.database.tls.clientCert.executorSecret) | trim) }}
       {{- . | nindent 6 }}
       {{- end }}
-    {{- with (include "pe.tlsMounts" (dict "root" . "cert" .Values.database.tls.clientCert.executorSecret) | trim) }}
-    volumeMounts:
-      {{- . | nindent 6 }}
+    {{- with (include "pe.envFrom" . | trim) }}
+    {{- . | nindent 4 }}
+    {{- end }}
+    {{- with (include "pe.volumeMounts" (dict "root" . "tls" true "cert" .Values.database.tls.clientCert.executorSecret) | trim) }}
+    {{- . | nindent 4 }}
     {{- end }}
     resources:
       {{- include "pe.runResources" . | nindent 6 }}
     securityContext:
       {{- toYaml .Values.securityContext | nindent 6 }}
     terminationMessagePolicy: FallbackToLogsOnError
-{{- with (include "pe.tlsVolumes" (dict "root" . "cert" .Values.database.tls.clientCert.executorSecret) | trim) }}
-volumes:
-  {{- . | nindent 2 }}
-{{- end }}
+{{- include "pe.volumes" (dict "root" . "tls" true "cert" .Values.database.tls.clientCert.executorSecret) }}
 {{- end -}}
 {{- end -}}
 
@@ -276,13 +276,14 @@ annotations:
 
 {{/* What every pod of the chart carries beside its own spec: image pull secrets (the chart's
 and global.imagePullSecrets) and the scheduling values, a workload's own (run.*, migration.*,
-recovery.hook*, postgresql.*: nodeSelector, tolerations, affinity) over the chart-wide ones:
+recovery.hook*, postgresql.*: nodeSelector, tolerations, affinity, topologySpreadConstraints,
+priorityClassName) over the chart-wide ones:
 (dict "root" $ "workload" "run" | "migration" | "hook" | "postgresql"). */}}
 {{- define "pe.podExtras" -}}
 {{- $v := .root.Values -}}
 {{- $own := dict -}}
 {{- if eq .workload "hook" -}}
-{{- $own = dict "nodeSelector" $v.recovery.hookNodeSelector "tolerations" $v.recovery.hookTolerations "affinity" $v.recovery.hookAffinity -}}
+{{- $own = dict "nodeSelector" $v.recovery.hookNodeSelector "tolerations" $v.recovery.hookTolerations "affinity" $v.recovery.hookAffinity "topologySpreadConstraints" $v.recovery.hookTopologySpreadConstraints "priorityClassName" $v.recovery.hookPriorityClassName -}}
 {{- else -}}
 {{- $own = index $v .workload -}}
 {{- end -}}
@@ -306,7 +307,11 @@ tolerations:
 affinity:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with $v.priorityClassName }}
+{{- with $own.topologySpreadConstraints | default $v.topologySpreadConstraints }}
+topologySpreadConstraints:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $own.priorityClassName | default $v.priorityClassName }}
 priorityClassName: {{ . | quote }}
 {{- end }}
 {{- end -}}
@@ -339,6 +344,7 @@ automountServiceAccountToken: false
 {{- include "pe.podExtras" (dict "root" . "workload" "migration") }}
 securityContext:
   {{- toYaml .Values.podSecurityContext | nindent 2 }}
+{{- include "pe.initContainers" . }}
 containers:
   - name: {{ $name }}
     image: {{ include "pe.image" . }}
@@ -361,9 +367,11 @@ containers:
       {{- with (include "pe.tlsEnv" (dict "root" . "cert" $cert) | trim) }}
       {{- . | nindent 6 }}
       {{- end }}
-    {{- with (include "pe.tlsMounts" (dict "root" . "cert" $cert) | trim) }}
-    volumeMounts:
-      {{- . | nindent 6 }}
+    {{- with (include "pe.envFrom" . | trim) }}
+    {{- . | nindent 4 }}
+    {{- end }}
+    {{- with (include "pe.volumeMounts" (dict "root" . "tls" true "cert" $cert) | trim) }}
+    {{- . | nindent 4 }}
     {{- end }}
     {{- include "pe.checkResources" (dict "root" . "key" "migration.resources" "resources" .Values.migration.resources) }}
     resources:
@@ -371,9 +379,52 @@ containers:
     securityContext:
       {{- toYaml .Values.securityContext | nindent 6 }}
     terminationMessagePolicy: FallbackToLogsOnError
-{{- with (include "pe.tlsVolumes" (dict "root" . "cert" $cert) | trim) }}
-volumes:
-  {{- . | nindent 2 }}
+{{- include "pe.volumes" (dict "root" . "tls" true "cert" $cert) }}
+{{- end -}}
+{{- end -}}
+
+{{/* An executor container's envFrom (the user's), if any; call with the root context. */}}
+{{- define "pe.envFrom" -}}
+{{- with .Values.envFrom }}
+envFrom:
+  {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end -}}
+
+{{/* An executor container's volume mounts: the TLS material's when TLS (a pod that talks to the
+database; CERT as pe.tlsEnv takes it) and the user's extraVolumeMounts: (dict "root" $ "tls"
+<bool> "cert" <Secret name>). */}}
+{{- define "pe.volumeMounts" -}}
+{{- $mounts := list -}}
+{{- if .tls }}{{- $mounts = include "pe.tlsMounts" . | fromYamlArray | default list -}}{{- end -}}
+{{- $mounts = concat $mounts (.root.Values.extraVolumeMounts | default list) -}}
+{{- with $mounts }}
+volumeMounts:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* An executor pod's volumes: the TLS material's when TLS and the user's extraVolumes, whose
+names may not be the chart's (tls-ca, tls-client): as pe.volumeMounts. */}}
+{{- define "pe.volumes" -}}
+{{- $volumes := list -}}
+{{- if .tls }}{{- $volumes = include "pe.tlsVolumes" . | fromYamlArray | default list -}}{{- end -}}
+{{- range .root.Values.extraVolumes | default list }}
+{{- if has .name (list "tls-ca" "tls-client") }}
+{{- fail (printf "extraVolumes: %s is the name of the chart's own TLS volume; give yours another name" .name) }}
+{{- end }}
+{{- end }}
+{{- $volumes = concat $volumes (.root.Values.extraVolumes | default list) -}}
+{{- with $volumes }}
+volumes:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* An executor pod's init containers (the user's), if any; call with the root context. */}}
+{{- define "pe.initContainers" -}}
+{{- with .Values.initContainers }}
+initContainers:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 {{- end -}}

@@ -2150,6 +2150,128 @@ fn the_usual_knobs_reach_their_objects() {
     );
 }
 
+/// A platform's overlay (issue 81): environment from ConfigMaps and Secrets, a volume and its
+/// mount, an init container, spread constraints and priority classes reach every executor pod
+/// (the run pods, the migration, the rollback check, the trigger hook) and not the development
+/// database, a workload's own scheduling over the chart-wide; the TLS volumes stay beside the
+/// user's. The renders go to the API server with the rest (`tests/cluster/renders.rs`).
+#[test]
+fn the_extension_points_reach_every_executor_pod() {
+    let init = r#"[{"name":"wait","image":"example.local/busybox:1","command":["true"],"securityContext":{"allowPrivilegeEscalation":false,"capabilities":{"drop":["ALL"]},"readOnlyRootFilesystem":true,"runAsNonRoot":true,"seccompProfile":{"type":"RuntimeDefault"}}}]"#;
+    let spread = r#"[{"maxSkew":1,"topologyKey":"kubernetes.io/hostname","whenUnsatisfiable":"ScheduleAnyway"}]"#;
+    let d = docs(&render(&[
+        "--set",
+        "postgresql.enabled=true",
+        "--set",
+        "database.tls.ca.configMap=db-ca",
+        "--set-json",
+        r#"envFrom=[{"configMapRef":{"name":"proxy"}},{"secretRef":{"name":"extra","optional":true},"prefix":"X_"}]"#,
+        "--set-json",
+        r#"extraVolumes=[{"name":"scratch","emptyDir":{"sizeLimit":"16Mi"}}]"#,
+        "--set-json",
+        r#"extraVolumeMounts=[{"name":"scratch","mountPath":"/scratch"}]"#,
+        "--set-json",
+        &format!("initContainers={init}"),
+        "--set-json",
+        &format!("topologySpreadConstraints={spread}"),
+        "--set",
+        "priorityClassName=general",
+        "--set",
+        "run.priorityClassName=batch",
+        "--set",
+        "recovery.hookPriorityClassName=hooks",
+    ]));
+    let pods: Vec<(&str, &Value)> = d
+        .iter()
+        .filter_map(|x| {
+            let name = x["metadata"]["name"].as_str()?;
+            let spec = match x["kind"].as_str()? {
+                "Job" | "StatefulSet" => &x["spec"]["template"]["spec"],
+                "CronJob" => &x["spec"]["jobTemplate"]["spec"]["template"]["spec"],
+                _ => return None,
+            };
+            Some((name, spec))
+        })
+        .collect();
+    assert_eq!(
+        pods.len(),
+        5,
+        "recovery, migration, rollback check, trigger, database"
+    );
+    for (name, pod) in &pods {
+        let database = name.ends_with("-postgresql");
+        let container = &pod["containers"][0];
+        let hook = container["name"] == "trigger";
+        let volumes: Vec<&str> = pod["volumes"]
+            .as_array()
+            .map(|v| v.iter().filter_map(|v| v["name"].as_str()).collect())
+            .unwrap_or_default();
+        let mounts: Vec<&str> = container["volumeMounts"]
+            .as_array()
+            .map(|v| v.iter().filter_map(|v| v["name"].as_str()).collect())
+            .unwrap_or_default();
+        if database {
+            assert!(container["envFrom"].is_null(), "{name}");
+            assert!(pod["initContainers"].is_null(), "{name}");
+            assert!(!volumes.contains(&"scratch"), "{name}: {volumes:?}");
+        } else {
+            assert_eq!(
+                container["envFrom"].as_array().map(Vec::len),
+                Some(2),
+                "{name}"
+            );
+            assert_eq!(pod["initContainers"][0]["name"], "wait", "{name}");
+            assert!(volumes.contains(&"scratch"), "{name}: {volumes:?}");
+            assert!(mounts.contains(&"scratch"), "{name}: {mounts:?}");
+            // The hook calls no database: no TLS material; the others keep theirs.
+            assert_eq!(volumes.contains(&"tls-ca"), !hook, "{name}: {volumes:?}");
+            assert_eq!(mounts.contains(&"tls-ca"), !hook, "{name}: {mounts:?}");
+        }
+        assert_eq!(
+            pod["topologySpreadConstraints"][0]["topologyKey"], "kubernetes.io/hostname",
+            "{name}"
+        );
+        let class = if name.ends_with("-recovery") {
+            "batch"
+        } else if hook {
+            "hooks"
+        } else {
+            "general"
+        };
+        assert_eq!(pod["priorityClassName"], class, "{name}");
+    }
+    assert_refused(
+        &[
+            "extraVolumes[0].name=tls-ca",
+            "extraVolumes[0].emptyDir.medium=Memory",
+        ],
+        "extraVolumes: tls-ca is the name of the chart's own TLS volume",
+    );
+    // The schema, before any template: a source missing, two sources, a container without an
+    // image, an EnvFromSource with two sources.
+    for (values, says) in [
+        (&["extraVolumes[0].name=scratch"][..], "/extraVolumes/0"),
+        (
+            &[
+                "extraVolumes[0].name=scratch",
+                "extraVolumes[0].emptyDir.medium=Memory",
+                "extraVolumes[0].configMap.name=x",
+            ][..],
+            "/extraVolumes/0",
+        ),
+        (&["initContainers[0].name=wait"][..], "/initContainers/0"),
+        (
+            &[
+                "envFrom[0].configMapRef.name=a",
+                "envFrom[0].secretRef.name=b",
+            ][..],
+            "/envFrom/0",
+        ),
+    ] {
+        assert_refused(values, says);
+    }
+}
+
 /// Issue 51, defect 11: `helm upgrade --atomic` (and Flux's rollback remediation) after a
 /// migration committed rolled the image back onto the newer schema. Helm runs the hooks of the
 /// release it rolls back to, so each release carries a pre-rollback hook in which its own
