@@ -9,7 +9,7 @@ out="${1:-manifests}"
 helm=helm
 [ -x .tools/bin/helm ] && helm=.tools/bin/helm
 mkdir -p "$out"
-rendered=$("$helm" template pe charts/package-executor --namespace package-executor \
+rendered=$("$helm" template pe charts/package-executor --namespace package-executor --skip-tests \
   --set image.tag=dev --set postgresql.enabled=true --set publicationId=manifests \
   --set postgresql.password=dev-only-password --set migration.checkOnRollback=false)
 # The Jobs apart from the rest: a Job's pod template cannot change once created, so re-applying a

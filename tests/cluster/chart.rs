@@ -327,6 +327,15 @@ fn the_chart_installs_publishes_and_every_project_converges() {
     assert_converged(&ns);
     network_policy_admits_the_executor_to_the_database_and_nothing_else(&ns);
     the_notes_explain_command_answers(&ns);
+    helm_test_passes(&ns);
+}
+
+/// `helm test`: the release's test pod reaches the database as the executor, through the
+/// NetworkPolicy, and finds the schema this image runs on.
+fn helm_test_passes(ns: &Namespace) {
+    let out = helm(ns, &["test", RELEASE, "--timeout", "5m"]);
+    assert!(out.contains("-test"), "{out}");
+    assert!(out.contains("Succeeded"), "{out}");
 }
 
 /// The NOTES' "why is a project not current?" command, as a person pastes it (PROJECT filled

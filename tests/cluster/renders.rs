@@ -34,11 +34,23 @@ spec:
           x-kubernetes-preserve-unknown-fields: true
 "#;
 
-/// Creates a render's objects in NS with a server-side dry run: kubectl's output.
+/// Creates a render's objects in NS with a server-side dry run: kubectl's output. Its
+/// ServiceAccounts are created for real first: a Pod (`helm test`'s) names its account, which
+/// the ServiceAccount admission plugin looks up, and a dry run creates nothing it could find.
 fn create_dry_run(ns: &Namespace, rendered: &str) -> std::process::Output {
     let mut objects = helm::objects(rendered);
     for object in &mut objects {
         object["metadata"]["namespace"] = Value::String(ns.name.clone());
+    }
+    let (accounts, objects): (Vec<Value>, Vec<Value>) = objects
+        .into_iter()
+        .partition(|o| o["kind"] == "ServiceAccount");
+    if !accounts.is_empty() {
+        let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": accounts});
+        let out = ns.kubectl_output(&["apply", "-f", "-"], Some(&list.to_string()));
+        if !out.status.success() || String::from_utf8_lossy(&out.stderr).contains("Warning") {
+            return out;
+        }
     }
     let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objects});
     ns.kubectl_output(

@@ -43,6 +43,10 @@ is part of the name. */}}
 {{- end -}}
 
 {{/* The check before a rollback to this release. */}}
+{{- define "pe.testName" -}}
+{{- include "pe.name" (dict "root" . "suffix" "test" "limit" 63) -}}
+{{- end -}}
+
 {{- define "pe.rollbackCheckName" -}}
 {{- include "pe.name" (dict "root" . "suffix" "rollback-check" "limit" 63) -}}
 {{- end -}}

@@ -40,7 +40,7 @@ matches. With lookup on, a ClusterIP among the cidrs is refused, naming the addr
 {{- end -}}
 
 {{/* checkov's skip annotations, each with its reason: (dict "root" $ "kind" "run" | "migrate" |
-"trigger" | "postgresql"). Every check the chart does not meet is here, for the object it concerns;
+"trigger" | "test" | "postgresql"). Every check the chart does not meet is here, for the object it concerns;
 tests/it/chart/manifests.rs runs checkov over every render and fails on any other. */}}
 {{- define "pe.checkovSkips" -}}
 {{- $root := .root -}}
@@ -68,6 +68,9 @@ tests/it/chart/manifests.rs runs checkov over every render and fails on any othe
 {{- $skips = append $skips "CKV_K8S_38=the run records an Event on its Job (its Role allows that alone)" -}}
 {{- else if eq $kind "trigger" -}}
 {{- $skips = append $skips "CKV_K8S_38=trigger reads the recovery template and creates the Job (its Role allows that alone)" -}}
+{{- else if eq $kind "test" -}}
+{{- $skips = append $skips "CKV_K8S_8=helm test's one-shot pod: it ends with its answer, nothing to probe" -}}
+{{- $skips = append $skips "CKV_K8S_9=helm test's one-shot pod: it ends with its answer, nothing to probe" -}}
 {{- end -}}
 {{- end -}}
 {{- if not $root.Values.networkPolicy.enabled -}}

@@ -142,6 +142,7 @@ fn assert_only_lifecycle_hooks(docs: &[Value]) {
                 assert!(name.contains("-release-"), "{name}")
             }
             Some("pre-rollback") => assert!(name.ends_with("-rollback-check"), "{name}"),
+            Some("test") => assert!(name.ends_with("-test"), "{name}"),
             Some(other) => panic!("{} {name} is a {other} hook", d["kind"]),
         }
     }
