@@ -382,10 +382,11 @@ fn the_notes_explain_command_answers(ns: &Namespace) {
 
 /// NetworkPolicy is enforced (kube-router's controller, scripts/kind/network-policy.yaml), both
 /// ways: the development database admits the executor's pods only (its ingress policy), and
-/// the executor's pods reach only what their egress policy lists (DNS, the database and the API
-/// server, which the run above used: the kubelet's port is not among them). The same two
-/// connections from a pod with the executor's labels and from one without give opposite
-/// results; without the enforcer (`KIND_ADDONS` without it) all four connect and this
+/// the executor's pods reach only what their egress policy lists (the cluster DNS's pods, the
+/// database's and the API server, which the run above used): not the kubelet's port, and not
+/// another address on the database's port or a DNS port (a decoy that listens on 5432 and
+/// 5353). The same connections from a pod with the executor's labels and from one without
+/// give opposite results; without the enforcer (`KIND_ADDONS` without it) all connect and this
 /// fails.
 fn network_policy_admits_the_executor_to_the_database_and_nothing_else(ns: &Namespace) {
     let service = named(ns, "service", "postgresql");
@@ -402,45 +403,61 @@ fn network_policy_admits_the_executor_to_the_database_and_nothing_else(ns: &Name
         "-o",
         "jsonpath={.items[0].status.addresses[?(@.type==\"InternalIP\")].address}",
     ]);
+    let decoy = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "decoy", "labels": {"app": "decoy"}},
+        "spec": cluster::busybox_pod_spec(
+            "mkdir -p /tmp/www && httpd -p 5432 -h /tmp/www && exec httpd -f -p 5353 -h /tmp/www"
+        ),
+    });
+    ns.apply(&decoy.to_string());
+    ns.wait("pod/decoy", "condition=Ready", "120s");
+    let decoy = ns.kubectl(&["get", "pod", "decoy", "-o", "jsonpath={.status.podIP}"]);
     // The enforcer puts a new pod's rules in force at its first sync after the pod appears,
     // which can come after the pod's first connection (seen: the executor's probe refused by
     // the database and let through to the kubelet, as if it had no labels). So each probe tries
-    // both connections again, a second apart and at most 30 times, until they give what its
+    // the connections again, a second apart and at most 30 times, until they give what its
     // labels call for, and prints the last results: with the enforcer off they never do.
-    let probe = |database_exit: u8, kubelet_exit: u8| {
+    let probe = |expected: [u8; 4]| {
+        let [d, k, o, n] = expected;
         format!(
             "for try in $(seq 30); do \
                nc -w 5 {database} 5432 </dev/null; d=$?; \
                nc -w 5 {node} 10250 </dev/null; k=$?; \
-               [ $d = {database_exit} ] && [ $k = {kubelet_exit} ] && break; sleep 1; \
-             done; echo TRIES=$try; echo DATABASE=$d; echo KUBELET=$k"
+               nc -w 5 {decoy} 5432 </dev/null; o=$?; \
+               nc -w 5 {decoy} 5353 </dev/null; n=$?; \
+               [ $d = {d} ] && [ $k = {k} ] && [ $o = {o} ] && [ $n = {n} ] && break; sleep 1; \
+             done; echo TRIES=$try; echo DATABASE=$d; echo KUBELET=$k; echo OTHER_DATABASE=$o; \
+             echo OTHER_DNS=$n"
         )
     };
-    for (name, labels, (database_exit, kubelet_exit)) in [
-        ("probe-executor", executor_labels(), (0, 1)),
-        ("probe-unlabelled", serde_json::json!({}), (1, 0)),
+    for (name, labels, expected) in [
+        ("probe-executor", executor_labels(), [0, 1, 1, 1]),
+        ("probe-unlabelled", serde_json::json!({}), [1, 0, 0, 0]),
     ] {
         let pod = serde_json::json!({
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {"name": name, "labels": labels},
-            "spec": cluster::busybox_pod_spec(&probe(database_exit, kubelet_exit)),
+            "spec": cluster::busybox_pod_spec(&probe(expected)),
         });
         ns.apply(&pod.to_string());
         ns.wait(
             &format!("pod/{name}"),
             "jsonpath={.status.phase}=Succeeded",
-            "400s",
+            "600s",
         );
-        let expected = [
-            format!("DATABASE={database_exit}"),
-            format!("KUBELET={kubelet_exit}"),
-        ];
         let log = ns.kubectl(&["logs", name]);
-        for line in &expected {
+        for (what, exit) in ["DATABASE", "KUBELET", "OTHER_DATABASE", "OTHER_DNS"]
+            .into_iter()
+            .zip(expected)
+        {
+            let line = format!("{what}={exit}");
             assert!(
-                log.contains(line.as_str()),
-                "{name}: expected {line} (database {service} at {database}:5432, kubelet at {node}:10250): {log}"
+                log.lines().any(|l| l == line),
+                "{name}: expected {line} (database {service} at {database}:5432, kubelet at \
+                 {node}:10250, a decoy at {decoy}:5432 and :5353): {log}"
             );
         }
     }

@@ -195,6 +195,14 @@ pub const REFUSED_BY_THE_API_SERVER: &[&str] = &[
     "extraEnv[0].name=X,extraEnv[0].value=a,extraEnv[0].valueFrom.fieldRef.fieldPath=metadata.name",
     "extraEnv[0].name=X,extraEnv[0].valueFrom.fieldRef.fieldPath=spec.bogus",
     "extraEnv[0].name=X,extraEnv[0].valueFrom.secretKeyRef.name=s",
+    "extraVolumes[0].name=scratch",
+    "extraVolumes[0].name=scratch,extraVolumes[0].emptyDir.medium=Memory,extraVolumes[0].configMap.name=x",
+    "extraVolumes[0].name=Scratch,extraVolumes[0].emptyDir.medium=Memory",
+    "extraVolumeMounts[0].name=scratch",
+    "initContainers[0].name=wait",
+    "envFrom[0].configMapRef.name=a,envFrom[0].secretRef.name=b",
+    "topologySpreadConstraints[0].maxSkew=0,topologySpreadConstraints[0].topologyKey=k,topologySpreadConstraints[0].whenUnsatisfiable=DoNotSchedule",
+    "networkPolicy.database.to[0].ipBlock.cidr=10.1.2.0/24,networkPolicy.database.to[0].podSelector.matchLabels.app=db",
 ];
 
 /// Values the schema refuses although the API server would accept what they render: names and

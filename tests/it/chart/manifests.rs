@@ -1759,6 +1759,47 @@ fn the_network_policy_and_notes_hold_on_common_clusters() {
     assert_eq!(ports(egress.last().unwrap()), [3128]);
     assert!(!notes(&["--set", "networkPolicy.apiServer.cidrs={10.96.0.1/32}"]).contains("WARNING"));
 
+    // Egress narrowed (issue 81): DNS to the cluster DNS's pods; the database to its own pods
+    // (the development one), to the peers given, or, with neither, to any address on its port.
+    let rule = |p: &Value, port: i64| -> Value {
+        p["spec"]["egress"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| ports(r).contains(&port))
+            .unwrap_or_else(|| panic!("no rule for {port}: {p}"))
+            .clone()
+    };
+    let p = policy(&[]);
+    assert_eq!(
+        rule(&p, 53)["to"],
+        serde_json::json!([{
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+            "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}
+        }])
+    );
+    assert!(rule(&p, 5432)["to"].is_null(), "{}", rule(&p, 5432));
+    let p = policy(&["--set", "postgresql.enabled=true"]);
+    assert_eq!(
+        rule(&p, 5432)["to"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"],
+        "postgresql"
+    );
+    let p = policy(&[
+        "--set",
+        "networkPolicy.database.to[0].ipBlock.cidr=10.1.2.0/24",
+        "--set-json",
+        "networkPolicy.dns.to=[]",
+    ]);
+    assert_eq!(rule(&p, 5432)["to"][0]["ipBlock"]["cidr"], "10.1.2.0/24");
+    assert!(rule(&p, 53)["to"].is_null(), "{}", rule(&p, 53));
+    assert_refused(
+        &[
+            "networkPolicy.database.to[0].ipBlock.cidr=10.1.2.0/24",
+            "networkPolicy.database.to[0].podSelector.matchLabels.app=db",
+        ],
+        "/networkPolicy/database/to/0",
+    );
+
     // NOTES names the Job trigger makes of the template, with and without shards.
     for shards in ["1", "11"] {
         let set = format!("run.shards={shards},publicationId=p-1");
