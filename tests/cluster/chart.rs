@@ -882,6 +882,110 @@ installed! {
     ]);
 }
 
+/// The development database's password in the Secret-shaped tests below: it must appear in no
+/// pod spec, argument list or log.
+const LOGIN_PASSWORD: &str = "e2e-Login-Pw1";
+
+/// Database logins from the Secrets platforms already make (issue 81): a release installed
+/// with each login read from such a Secret (made here, for the development database) migrates,
+/// publishes, and holds its password nowhere but in that Secret.
+fn logs_in_from_secrets(prefix: &str, secrets: &str, logins: &[&str]) {
+    let ns = Namespace::new(prefix);
+    ns.apply(secrets);
+    let mut values = vec![
+        "--set".to_owned(),
+        format!("postgresql.password={LOGIN_PASSWORD}"),
+    ];
+    for v in logins {
+        values.extend(["--set".to_owned(), (*v).to_owned()]);
+    }
+    let values: Vec<&str> = values.iter().map(String::as_str).collect();
+    let (job, summaries) = install_import_publish(&ns, &values);
+    assert_eq!(published(&summaries), 3, "{logins:?}: {summaries:?}");
+    let specs = ns.kubectl(&["get", "pods,jobs,cronjobs,statefulsets", "-o", "yaml"]);
+    assert!(
+        !specs.contains(LOGIN_PASSWORD),
+        "a password in a spec:\n{specs}"
+    );
+    let logs = ns.kubectl(&["logs", "-l", &format!("job-name={job}"), "--tail=-1"]);
+    assert!(
+        !logs.contains(LOGIN_PASSWORD),
+        "a password in a log:\n{logs}"
+    );
+    let out = ns.kubectl_output(&["delete", "-f", "-"], Some(secrets));
+    assert!(out.status.success(), "{out:?}");
+    uninstall_leaves_only_the_claim(&ns);
+}
+
+/// CloudNativePG's two Secrets for a cluster: `<cluster>-app` (the application's login) and
+/// `<cluster>-superuser`, each with `uri`, `host`, `port`, `dbname`, `user` and `password`.
+fn cloudnativepg_secrets() -> String {
+    let host = format!("{RELEASE}-package-executor-postgresql");
+    [("db-app", "pe_executor"), ("db-superuser", "postgres")]
+        .iter()
+        .map(|(name, user)| {
+            serde_json::json!({
+                "apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": name},
+                "type": "kubernetes.io/basic-auth",
+                "stringData": {
+                    "uri": format!("postgresql://{user}:{LOGIN_PASSWORD}@{host}:5432/postgres"),
+                    "host": host, "port": "5432", "dbname": "postgres",
+                    "username": user, "user": user, "password": LOGIN_PASSWORD,
+                },
+            })
+            .to_string()
+        })
+        .collect::<Vec<_>>()
+        .join("\n---\n")
+}
+
+#[test]
+#[ignore = "needs a cluster: scripts/test.sh kind"]
+fn matrix_logins_from_cloudnativepg_shaped_secrets() {
+    logs_in_from_secrets(
+        "m-cnpg",
+        &cloudnativepg_secrets(),
+        &[
+            "database.executorLogin.secret=db-app",
+            "database.executorLogin.urlKey=uri",
+            "database.migrateLogin.secret=db-superuser",
+        ],
+    );
+}
+
+/// Bitnami's PostgreSQL chart keeps only passwords in its Secret (`postgres-password` for the
+/// superuser, `password` for its user): the rest of each login is given as values.
+#[test]
+#[ignore = "needs a cluster: scripts/test.sh kind"]
+fn matrix_logins_from_a_bitnami_shaped_secret() {
+    let secret = serde_json::json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "db-postgresql"},
+        "stringData": {"postgres-password": LOGIN_PASSWORD, "password": LOGIN_PASSWORD},
+    })
+    .to_string();
+    let host = format!("database.executorLogin.host={RELEASE}-package-executor-postgresql");
+    let migrate_host = format!("database.migrateLogin.host={RELEASE}-package-executor-postgresql");
+    logs_in_from_secrets(
+        "m-bitnami",
+        &secret,
+        &[
+            "database.executorLogin.secret=db-postgresql",
+            &host,
+            "database.executorLogin.port=5432",
+            "database.executorLogin.dbname=postgres",
+            "database.executorLogin.user=pe_executor",
+            "database.migrateLogin.secret=db-postgresql",
+            &migrate_host,
+            "database.migrateLogin.port=5432",
+            "database.migrateLogin.dbname=postgres",
+            "database.migrateLogin.user=postgres",
+            "database.migrateLogin.keys.password=postgres-password",
+        ],
+    );
+}
+
 /// `rbac.triggerJobPolicy`: the publication's Job, which trigger makes from the template, passes
 /// the admission policy (the template's pod and the Job's are equal after the API server's
 /// defaulting), and any other Job trigger's account tries (one whose pod mounts the owner's

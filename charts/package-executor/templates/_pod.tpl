@@ -20,10 +20,57 @@ alone decides what runs; the tag stays for people reading the pod). */}}
 {{- end -}}
 {{- end -}}
 
+{{/* The environment that gives a container ROLE's database login: (dict "root" $ "role"
+"executor" | "migrate"). From database.<role>Login when it names a Secret: its key holding a
+whole URL (urlKey), or the connection's parts as libpq reads them (PGHOST, PGPORT, PGDATABASE,
+PGUSER from values or the Secret's keys, PGPASSWORD from its key alone) beside a DATABASE_URL
+of `postgres://`; else the chart's Secret's <role>-url. A password is only ever a reference
+to a Secret's key, never a value in the pod spec or an argument. */}}
+{{- define "pe.loginEnv" -}}
+{{- $login := index .root.Values.database (printf "%sLogin" .role) -}}
+{{- if not $login.secret }}
+- name: DATABASE_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "pe.secret" .root }}
+      key: {{ .role }}-url
+{{- else if $login.urlKey }}
+- name: DATABASE_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ $login.secret | quote }}
+      key: {{ $login.urlKey | quote }}
+{{- else }}
+- name: DATABASE_URL
+  value: "postgres://"
+{{- range $part, $var := dict "host" "PGHOST" "port" "PGPORT" "dbname" "PGDATABASE" "user" "PGUSER" }}
+{{- $value := index $login $part | toString }}
+{{- $key := index $login.keys $part }}
+{{- if $value }}
+- name: {{ $var }}
+  value: {{ $value | quote }}
+{{- else if $key }}
+- name: {{ $var }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ $login.secret | quote }}
+      key: {{ $key | quote }}
+{{- end }}
+{{- end }}
+{{- with $login.keys.password }}
+- name: PGPASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ $login.secret | quote }}
+      key: {{ . | quote }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
 {{/* The user's extraEnv for an executor container; a name the chart sets itself is refused. */}}
 {{- define "pe.extraEnv" -}}
 {{- range .Values.extraEnv }}
-{{- if or (has .name (list "DATABASE_URL" "PGSSLMODE" "PGSSLROOTCERT" "PGSSLCERT" "PGSSLKEY")) (hasPrefix "PACKAGE_EXECUTOR_" .name) }}
+{{- if or (has .name (list "DATABASE_URL" "PGSSLMODE" "PGSSLROOTCERT" "PGSSLCERT" "PGSSLKEY" "PGHOST" "PGPORT" "PGDATABASE" "PGUSER" "PGPASSWORD")) (hasPrefix "PACKAGE_EXECUTOR_" .name) }}
 {{- fail (printf "extraEnv: %s is set by the chart (from its own values: database.*, run.*, metrics.*); set the value it comes from instead" .name) }}
 {{- end }}
 {{- end }}
@@ -167,11 +214,7 @@ containers:
     imagePullPolicy: {{ .Values.image.pullPolicy }}
     args: ["run"{{ if $sweep }}, "--full-scan"{{ end }}{{ if .Values.run.failOnRejected }}, "--fail-on-rejected"{{ end }}]
     env:
-      - name: DATABASE_URL
-        valueFrom:
-          secretKeyRef:
-            name: {{ include "pe.secret" . }}
-            key: executor-url
+      {{- include "pe.loginEnv" (dict "root" . "role" "executor") | trim | nindent 6 }}
       - name: PACKAGE_EXECUTOR_LOG_FORMAT
         value: json
       - name: PACKAGE_EXECUTOR_DEADLINE
@@ -329,13 +372,13 @@ priorityClassName: {{ . | quote }}
 
 {{/* The pod of a Job that only talks to the database (the migration, the rollback check): no
 Kubernetes API token, the migration's resources and scheduling, one container NAME running ARGS
-with DATABASE_URL from the Secret's KEY and the client certificate CERT: (dict "root" $ "name"
-"…" "args" (list …) "key" "…-url" "cert" <Secret name>). */}}
+with ROLE's database login (pe.loginEnv) and the client certificate CERT: (dict "root" $ "name"
+"…" "args" (list …) "role" "migrate" | "executor" "cert" <Secret name>). */}}
 {{- define "pe.databasePod" -}}
 {{- $cert := .cert -}}
 {{- $name := .name -}}
 {{- $args := .args -}}
-{{- $key := .key -}}
+{{- $role := .role -}}
 {{- with .root -}}
 restartPolicy: Never
 serviceAccountName: {{ include "pe.serviceAccount" . }}
@@ -351,11 +394,7 @@ containers:
     imagePullPolicy: {{ .Values.image.pullPolicy }}
     args: {{ toJson $args }}
     env:
-      - name: DATABASE_URL
-        valueFrom:
-          secretKeyRef:
-            name: {{ include "pe.secret" . }}
-            key: {{ $key }}
+      {{- include "pe.loginEnv" (dict "root" . "role" $role) | trim | nindent 6 }}
       - name: PACKAGE_EXECUTOR_LOG_FORMAT
         value: json
       {{- with (include "pe.timeoutEnv" . | trim) }}

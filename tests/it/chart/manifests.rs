@@ -2192,6 +2192,92 @@ fn the_usual_knobs_reach_their_objects() {
     );
 }
 
+/// Database logins from the Secrets platforms already make (issue 81): CloudNativePG's (a key
+/// that holds a whole URL) and Bitnami's (a password key, the rest as values), each login on
+/// its own; every executor pod and the NOTES' command read the login they are given, and no
+/// password is ever a value in the render.
+#[test]
+fn database_logins_come_from_the_secrets_platforms_make() {
+    let env_of = |d: &[Value], part: &str| -> Vec<Value> {
+        let x = d
+            .iter()
+            .find(|x| {
+                ["CronJob", "Job", "Pod"].contains(&x["kind"].as_str().unwrap_or(""))
+                    && x["metadata"]["name"].as_str().unwrap_or("").ends_with(part)
+            })
+            .unwrap_or_else(|| panic!("no pod of *{part}"));
+        let spec = match x["kind"].as_str().unwrap() {
+            "CronJob" => &x["spec"]["jobTemplate"]["spec"]["template"]["spec"],
+            "Pod" => &x["spec"],
+            _ => &x["spec"]["template"]["spec"],
+        };
+        spec["containers"][0]["env"].as_array().unwrap().clone()
+    };
+    let var = |env: &[Value], name: &str| -> Value {
+        env.iter()
+            .find(|e| e["name"] == name)
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
+    let values = [
+        "--set",
+        "database.executorLogin.secret=cluster-app,database.executorLogin.urlKey=uri",
+        "--set",
+        "database.migrateLogin.secret=db-postgresql,database.migrateLogin.host=db-postgresql.data,database.migrateLogin.port=5432,database.migrateLogin.dbname=app,database.migrateLogin.user=postgres,database.migrateLogin.keys.password=postgres-password",
+    ];
+    let yaml = render(&values);
+    let d = docs(&yaml);
+    for part in ["-recovery", "-rollback-check", "-test"] {
+        let env = env_of(&d, part);
+        assert_eq!(
+            var(&env, "DATABASE_URL")["valueFrom"]["secretKeyRef"],
+            serde_json::json!({"name": "cluster-app", "key": "uri"}),
+            "{part}: {env:?}"
+        );
+        assert!(var(&env, "PGPASSWORD").is_null(), "{part}");
+    }
+    let env = env_of(&d, "-migrate");
+    assert_eq!(var(&env, "DATABASE_URL")["value"], "postgres://");
+    assert_eq!(var(&env, "PGHOST")["value"], "db-postgresql.data");
+    assert_eq!(var(&env, "PGPORT")["value"], "5432");
+    assert_eq!(var(&env, "PGDATABASE")["value"], "app");
+    assert_eq!(var(&env, "PGUSER")["value"], "postgres");
+    assert_eq!(
+        var(&env, "PGPASSWORD")["valueFrom"]["secretKeyRef"],
+        serde_json::json!({"name": "db-postgresql", "key": "postgres-password"})
+    );
+    // The parts a value does not give come from the Secret's keys (CloudNativePG's names).
+    let d = docs(&render(&[
+        "--set",
+        "database.migrateLogin.secret=cluster-superuser",
+    ]));
+    let env = env_of(&d, "-migrate");
+    for (name, key) in [
+        ("PGHOST", "host"),
+        ("PGPORT", "port"),
+        ("PGDATABASE", "dbname"),
+        ("PGUSER", "user"),
+        ("PGPASSWORD", "password"),
+    ] {
+        assert_eq!(
+            var(&env, name)["valueFrom"]["secretKeyRef"],
+            serde_json::json!({"name": "cluster-superuser", "key": key}),
+            "{name}"
+        );
+    }
+    // The NOTES' explain command takes the executor's login too.
+    let text = notes(&values);
+    assert!(
+        text.contains(r#""env":[{"name":"DATABASE_URL","valueFrom":{"secretKeyRef":{"key":"uri","name":"cluster-app"}}}]"#),
+        "{text}"
+    );
+    // The chart sets these; extraEnv may not.
+    assert_refused(
+        &["extraEnv[0].name=PGPASSWORD", "extraEnv[0].value=x"],
+        "extraEnv: PGPASSWORD is set by the chart",
+    );
+}
+
 /// A platform's overlay (issue 81): environment from ConfigMaps and Secrets, a volume and its
 /// mount, an init container, spread constraints and priority classes reach every executor pod
 /// (the run pods, the migration, the rollback check, the trigger hook) and not the development
