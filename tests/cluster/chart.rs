@@ -560,7 +560,7 @@ fn upgrade_rollback_and_uninstall_leave_only_the_claim() {
 
 /// `helm uninstall`, after which nothing of the release is left in its namespace but the
 /// development database's claim (docs/operations.md says it stays).
-fn uninstall_leaves_only_the_claim(ns: &Namespace) {
+pub(crate) fn uninstall_leaves_only_the_claim(ns: &Namespace) {
     helm(ns, &["uninstall", RELEASE, "--wait", "--timeout", "5m"]);
     // Jobs made from the recovery template go with it, by their owner, and the StatefulSet's
     // pod with the StatefulSet: the garbage collector deletes them after the uninstall.

@@ -9,6 +9,7 @@
 
 mod chart;
 mod network;
+mod publishers;
 mod renders;
 mod rules;
 mod smoke;

@@ -39,13 +39,20 @@ call it; templates call those. */}}
 {{/* The admission policy on trigger's Jobs, and its binding: cluster-scoped, so the namespace
 is part of the name. */}}
 {{- define "pe.triggerPolicyName" -}}
-{{- printf "%s-%s-trigger-jobs" (include "pe.fullname" .) .Release.Namespace -}}
+{{- $base := printf "%s-%s" (include "pe.fullname" .) .Release.Namespace -}}
+{{- if gt (len $base) 50 -}}
+{{- /* Too long for a 63-character name: cut, and kept apart from any other by a digest. */ -}}
+{{- $base = printf "%s-%s" ($base | trunc 43 | trimSuffix "-") ($base | sha256sum | trunc 6) -}}
+{{- end -}}
+{{- printf "%s-trigger-jobs" $base -}}
 {{- end -}}
 
-{{/* The check before a rollback to this release. */}}
+{{/* `helm test`'s pod. */}}
 {{- define "pe.testName" -}}
 {{- include "pe.name" (dict "root" . "suffix" "test" "limit" 63) -}}
 {{- end -}}
+
+{{/* The check before a rollback to this release. */}}
 
 {{- define "pe.rollbackCheckName" -}}
 {{- include "pe.name" (dict "root" . "suffix" "rollback-check" "limit" 63) -}}

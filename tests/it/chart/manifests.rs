@@ -2436,12 +2436,58 @@ fn a_rollback_first_checks_the_schema_with_the_image_it_rolls_back_to() {
     }));
 }
 
+/// Publishers (issue 81): each identity in `trigger.publishers` is bound to trigger's Role in the
+/// release's namespace (even with the release's own hook and in-cluster trigger off) and held
+/// by the admission policy, beside trigger's own account when there is one.
+#[test]
+fn publishers_are_bound_to_triggers_role_and_held_by_its_policy() {
+    let d = docs_of(&[
+        "recovery.onRelease=false",
+        "trigger.publishers[0].namespace=publishing",
+        "trigger.publishers[0].serviceAccount=publisher",
+        "trigger.publishers[1].namespace=ci",
+        "trigger.publishers[1].serviceAccount=deploy",
+    ]);
+    let binding = find(&d, "RoleBinding", "-trigger");
+    assert_eq!(
+        binding["subjects"],
+        serde_json::json!([
+            {"kind": "ServiceAccount", "name": "publisher", "namespace": "publishing"},
+            {"kind": "ServiceAccount", "name": "deploy", "namespace": "ci"}
+        ])
+    );
+    let role = find(&d, "Role", "-trigger");
+    assert_eq!(
+        role["rules"][0]["resourceNames"][0],
+        "pe-package-executor-recovery"
+    );
+    let policy = find(&d, "ValidatingAdmissionPolicy", "-trigger-jobs");
+    assert_eq!(
+        policy["spec"]["matchConditions"][0]["expression"],
+        r#"request.userInfo.username in ["system:serviceaccount:publishing:publisher","system:serviceaccount:ci:deploy"]"#
+    );
+    assert_eq!(
+        policy["spec"]["matchConstraints"]["resourceRules"][0]["operations"],
+        serde_json::json!(["CREATE", "DELETE"])
+    );
+    // No trigger account of the release's own is made for publishers alone.
+    assert!(
+        !d.iter().any(|x| x["kind"] == "ServiceAccount"
+            && x["metadata"]["name"]
+                .as_str()
+                .unwrap()
+                .ends_with("-trigger")),
+        "a trigger account without the hook or in-cluster trigger"
+    );
+}
+
 /// The wrong-but-harmless item "the trigger account able to mount any Secret": an account that
 /// may create Jobs may run any pod. With `rbac.triggerJobPolicy` the chart adds an admission
 /// policy (the API server's ValidatingAdmissionPolicy) that lets trigger's account create only
-/// Jobs whose pod is the recovery template's, the CronJob being its parameter; the end-to-end tier
-/// shows the server refusing any other (tests/cluster/chart.rs). Off by default: it is
-/// cluster-scoped, which a namespace's tenant may not install.
+/// Jobs whose pod is the recovery template's, the CronJob being its parameter, and delete only
+/// such Jobs that failed; the end-to-end tier shows the server refusing any other
+/// (tests/cluster/chart.rs). On by default since issue 81; a namespace's tenant, who may not
+/// install a cluster-scoped object, turns it off.
 #[test]
 fn trigger_may_create_only_the_templates_jobs_with_the_policy() {
     let yaml = render(&["--set", "rbac.triggerJobPolicy=true", "--namespace", "pe"]);
@@ -2462,6 +2508,12 @@ fn trigger_may_create_only_the_templates_jobs_with_the_policy() {
         "pe-package-executor-recovery"
     );
     assert_eq!(binding["spec"]["validationActions"][0], "Deny");
-    let off = docs_of(&[]);
+    // On by default (issue 81), off when the installer may not create cluster-scoped objects.
+    assert!(
+        docs_of(&[])
+            .iter()
+            .any(|x| x["kind"] == "ValidatingAdmissionPolicy")
+    );
+    let off = docs_of(&["rbac.triggerJobPolicy=false"]);
     assert!(!off.iter().any(|x| x["kind"] == "ValidatingAdmissionPolicy"));
 }
