@@ -18,7 +18,8 @@
 #
 # Isolation, and why:
 # - Network: a namespace of its own with only its loopback and the podman bridge that kind's
-#   node sits on (10.89.77.0/24): no route out, so no packet leaves the machine.
+#   node sits on (10.89.77.0/24): no route out (the default route is `unreachable`), so no
+#   packet leaves the machine.
 # - Mounts: a namespace of its own in which DIR's folders are /run, /var/lib/containers and
 #   /var/tmp: podman's run state, its networks, its blob cache and its temporary files never
 #   touch the machine's. Its image store lives outside the clone, in the cache folder beside
@@ -124,6 +125,11 @@ make_namespaces() {
     "$DIR/modules" "$DIR/bin" "$PIDS" "$LOGS" "$STORE"
   ip netns add "$NETNS"
   ip -n "$NETNS" link set lo up
+  # No way out, said at once: a packet for an address outside the bridge's range is answered
+  # "host unreachable" (an error a connection takes at once), not dropped for want of a route
+  # (whose "net unreachable" TCP keeps retrying until it times out). The node masquerades its
+  # pods' packets (the CNI bridge's ipMasq), so the answer finds its way back to them.
+  ip -n "$NETNS" route add unreachable default
   nsenter --net="/run/netns/$NETNS" sysctl -q -w net.ipv4.ip_forward=1
   nsenter --net="/run/netns/$NETNS" sysctl -q -w net.ipv4.icmp_ratelimit=0
   # The holder: a private copy of the mount table, DIR's folders bound over podman's.
