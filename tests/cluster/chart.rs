@@ -870,7 +870,7 @@ installed! {
         "initContainers[0].name=ready",
         "initContainers[0].image=example.local/busybox:1",
         "initContainers[0].imagePullPolicy=Never",
-        "initContainers[0].command[0]=true",
+        "initContainers[0].command[0]=/bin/true",
         "initContainers[0].securityContext.allowPrivilegeEscalation=false",
         "initContainers[0].securityContext.capabilities.drop[0]=ALL",
         "initContainers[0].resources.requests.cpu=10m",
