@@ -879,6 +879,7 @@ installed! {
         "topologySpreadConstraints[0].maxSkew=1",
         "topologySpreadConstraints[0].topologyKey=kubernetes.io/hostname",
         "topologySpreadConstraints[0].whenUnsatisfiable=ScheduleAnyway",
+        "topologySpreadConstraints[0].labelSelector.matchLabels.app\\.kubernetes\\.io/instance=pe",
     ]);
 }
 

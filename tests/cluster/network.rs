@@ -134,7 +134,7 @@ fn connections_out_of_every_range_fail_at_once_from_the_node_and_from_a_pod() {
         "client",
         "client",
         &format!(
-            "wget -q -T 10 -O - http://{served}/ && echo SERVED; \
+            "printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 10 {served} 80 2>/dev/null; echo SERVED; \
              nc -w 5 {nobody} 80 </dev/null 2>/tmp/nobody; echo NOBODY=$?; \
              sed 's/^/NOBODY: /' /tmp/nobody; \
              nc -w 5 {OUTSIDE} 80 </dev/null 2>/tmp/outside; echo OUTSIDE=$?; \
@@ -143,7 +143,10 @@ fn connections_out_of_every_range_fail_at_once_from_the_node_and_from_a_pod() {
     ));
     ns.wait("pod/client", "jsonpath={.status.phase}=Succeeded", "120s");
     let log = ns.kubectl(&["logs", "client"]);
-    assert!(log.contains("served\nSERVED"), "{log}");
+    assert!(
+        log.contains("200 OK") && log.contains("served\nSERVED"),
+        "{log}"
+    );
     assert!(log.contains("NOBODY=1"), "{log}");
     assert!(log.contains("OUTSIDE=1"), "{log}");
     // Refused or unreachable, never a timeout: a packet that found a way out would wait.

@@ -195,7 +195,6 @@ pub const REFUSED_BY_THE_API_SERVER: &[&str] = &[
     "extraEnv[0].name=X,extraEnv[0].value=a,extraEnv[0].valueFrom.fieldRef.fieldPath=metadata.name",
     "extraEnv[0].name=X,extraEnv[0].valueFrom.fieldRef.fieldPath=spec.bogus",
     "extraEnv[0].name=X,extraEnv[0].valueFrom.secretKeyRef.name=s",
-    "extraVolumes[0].name=scratch",
     "extraVolumes[0].name=scratch,extraVolumes[0].emptyDir.medium=Memory,extraVolumes[0].configMap.name=x",
     "extraVolumes[0].name=Scratch,extraVolumes[0].emptyDir.medium=Memory",
     "extraVolumeMounts[0].name=scratch",

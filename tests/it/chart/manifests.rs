@@ -2285,8 +2285,8 @@ fn database_logins_come_from_the_secrets_platforms_make() {
 /// user's. The renders go to the API server with the rest (`tests/cluster/renders.rs`).
 #[test]
 fn the_extension_points_reach_every_executor_pod() {
-    let init = r#"[{"name":"wait","image":"example.local/busybox:1","command":["true"],"securityContext":{"allowPrivilegeEscalation":false,"capabilities":{"drop":["ALL"]},"readOnlyRootFilesystem":true,"runAsNonRoot":true,"seccompProfile":{"type":"RuntimeDefault"}}}]"#;
-    let spread = r#"[{"maxSkew":1,"topologyKey":"kubernetes.io/hostname","whenUnsatisfiable":"ScheduleAnyway"}]"#;
+    let init = r#"[{"name":"wait","image":"example.local/busybox:1","command":["true"],"resources":{"requests":{"cpu":"10m","memory":"8Mi"},"limits":{"memory":"16Mi"}},"securityContext":{"allowPrivilegeEscalation":false,"capabilities":{"drop":["ALL"]},"readOnlyRootFilesystem":true,"runAsNonRoot":true,"seccompProfile":{"type":"RuntimeDefault"}}}]"#;
+    let spread = r#"[{"maxSkew":1,"topologyKey":"kubernetes.io/hostname","whenUnsatisfiable":"ScheduleAnyway","labelSelector":{"matchLabels":{"app.kubernetes.io/instance":"pe"}}}]"#;
     let d = docs(&render(&[
         "--set",
         "postgresql.enabled=true",
