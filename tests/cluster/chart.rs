@@ -165,12 +165,18 @@ pub(crate) fn run_once_with(
             }]
         }
     });
+    run_pod(ns, &pod, "180s")
+}
+
+/// Creates POD (one container) in NS, waits at most WITHIN for its container to end, and
+/// deletes it: the container's exit code and log.
+pub(crate) fn run_pod(ns: &Namespace, pod: &Value, within: &str) -> (i64, String) {
     ns.apply(&pod.to_string());
-    let pod_ref = format!("pod/{name}");
+    let pod_ref = format!("pod/{}", pod["metadata"]["name"].as_str().unwrap());
     ns.wait(
         &pod_ref,
         "jsonpath={.status.containerStatuses[0].state.terminated.reason}",
-        "180s",
+        within,
     );
     let code = ns.kubectl(&[
         "get",
@@ -181,6 +187,25 @@ pub(crate) fn run_once_with(
     let log = ns.kubectl(&["logs", &pod_ref]);
     ns.kubectl(&["delete", &pod_ref, "--wait=false"]);
     (code.trim().parse().unwrap(), log)
+}
+
+/// The control plane's change to a project's packages: `@acme/slack` leaves demo-2, whose
+/// current snapshot is then no longer current.
+pub(crate) fn remove_a_package_of_demo_2(ns: &Namespace) {
+    let (code, log) = run_once(
+        ns,
+        "remove-slack",
+        "migrate-url",
+        &[
+            "sources",
+            "remove",
+            "--project",
+            "demo-2",
+            "--package",
+            "@acme/slack",
+        ],
+    );
+    assert_eq!(code, 0, "{log}");
 }
 
 /// The newest recovery Job of the release.
@@ -751,20 +776,7 @@ fn a_run_pod_and_the_database_pod_deleted_then_the_sweep_on_its_schedule() {
         }
     };
     assert_eq!(code, 0, "the database kept its data: {log}");
-    let (code, log) = run_once(
-        &ns,
-        "remove-slack",
-        "migrate-url",
-        &[
-            "sources",
-            "remove",
-            "--project",
-            "demo-2",
-            "--package",
-            "@acme/slack",
-        ],
-    );
-    assert_eq!(code, 0, "{log}");
+    remove_a_package_of_demo_2(&ns);
     upgrade(&ns, &["--set", "publicationId=e2e-after-restart"]);
     let job = newest_recovery_job(&ns);
     ns.wait(&format!("job/{job}"), "condition=Complete", "300s");

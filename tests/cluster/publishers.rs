@@ -9,7 +9,10 @@
 use package_executor_testkit::cluster::Namespace;
 use serde_json::{Value, json};
 
-use crate::chart::{image, install_and_import, named, run_once, uninstall_leaves_only_the_claim};
+use crate::chart::{
+    image, install_and_import, named, remove_a_package_of_demo_2, run_once, run_pod,
+    uninstall_leaves_only_the_claim,
+};
 
 /// A change to the recovery template's pod spec.
 type Change = fn(&mut Value);
@@ -44,21 +47,7 @@ fn run_as(ns: &Namespace, name: &str, account: &str, args: &[&str]) -> (i64, Str
             }]
         }
     });
-    ns.apply(&pod.to_string());
-    let pod_ref = format!("pod/{name}");
-    ns.wait(
-        &pod_ref,
-        "jsonpath={.status.containerStatuses[0].state.terminated.reason}",
-        "400s",
-    );
-    let code = ns.kubectl(&[
-        "get",
-        &pod_ref,
-        "-o",
-        "jsonpath={.status.containerStatuses[0].state.terminated.exitCode}",
-    ]);
-    let log = ns.kubectl(&["logs", &pod_ref]);
-    (code.trim().parse().unwrap(), log)
+    run_pod(ns, &pod, "400s")
 }
 
 /// The snapshot digest `current PROJECT --json` answers (None when there is no current one).
@@ -124,20 +113,7 @@ fn a_publisher_in_another_namespace_triggers_the_release_and_nothing_else() {
 
     // The control plane changes demo-2's packages; the publisher triggers again, and the
     // consumer reads the new snapshot.
-    let (code, log) = run_once(
-        &ns,
-        "remove-slack",
-        "migrate-url",
-        &[
-            "sources",
-            "remove",
-            "--project",
-            "demo-2",
-            "--package",
-            "@acme/slack",
-        ],
-    );
-    assert_eq!(code, 0, "{log}");
+    remove_a_package_of_demo_2(&ns);
     assert_eq!(
         current_digest(&ns, "stale", "demo-2"),
         None,

@@ -2119,6 +2119,21 @@ fn the_harmless_list_is_mended() {
 /// The knobs the best-kept charts give, each where a platform team looks for it: a registry
 /// and pull secrets from `global`, extra environment for every executor container, annotations
 /// on the accounts, and scheduling per workload over the chart-wide values.
+/// Each workload's pod spec (the Jobs', the StatefulSet's, the CronJobs'), by object name.
+fn workload_pods(d: &[Value]) -> Vec<(&str, &Value)> {
+    d.iter()
+        .filter_map(|x| {
+            let name = x["metadata"]["name"].as_str()?;
+            let spec = match x["kind"].as_str()? {
+                "Job" | "StatefulSet" => &x["spec"]["template"]["spec"],
+                "CronJob" => &x["spec"]["jobTemplate"]["spec"]["template"]["spec"],
+                _ => return None,
+            };
+            Some((name, spec))
+        })
+        .collect()
+}
+
 #[test]
 fn the_usual_knobs_reach_their_objects() {
     let d = docs_of(&[
@@ -2136,18 +2151,7 @@ fn the_usual_knobs_reach_their_objects() {
         "postgresql.tolerations[0].key=db",
         "postgresql.tolerations[0].operator=Exists",
     ]);
-    let pods: Vec<(&str, &Value)> = d
-        .iter()
-        .filter_map(|x| {
-            let name = x["metadata"]["name"].as_str()?;
-            let spec = match x["kind"].as_str()? {
-                "Job" | "StatefulSet" => &x["spec"]["template"]["spec"],
-                "CronJob" => &x["spec"]["jobTemplate"]["spec"]["template"]["spec"],
-                _ => return None,
-            };
-            Some((name, spec))
-        })
-        .collect();
+    let pods = workload_pods(&d);
     assert_eq!(
         pods.len(),
         5,
@@ -2309,18 +2313,7 @@ fn the_extension_points_reach_every_executor_pod() {
         "--set",
         "recovery.hookPriorityClassName=hooks",
     ]));
-    let pods: Vec<(&str, &Value)> = d
-        .iter()
-        .filter_map(|x| {
-            let name = x["metadata"]["name"].as_str()?;
-            let spec = match x["kind"].as_str()? {
-                "Job" | "StatefulSet" => &x["spec"]["template"]["spec"],
-                "CronJob" => &x["spec"]["jobTemplate"]["spec"]["template"]["spec"],
-                _ => return None,
-            };
-            Some((name, spec))
-        })
-        .collect();
+    let pods = workload_pods(&d);
     assert_eq!(
         pods.len(),
         5,
